@@ -1,0 +1,2 @@
+//! Criterion benchmarks for tcgkit live in `benches/`; this library is empty.
+#![forbid(unsafe_code)]

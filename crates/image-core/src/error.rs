@@ -1,0 +1,46 @@
+//! The one error type of this crate.
+
+/// Why an image could not be opened, parsed or loaded.
+///
+/// Parse errors name the file offset at which the problem was found.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ImageError {
+    /// The file could not be read or mapped.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The path that was being opened.
+        path: std::path::PathBuf,
+        /// The underlying I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The bytes are neither a PE/COFF image nor an ELF file.
+    #[error("unknown image format at offset {offset:#x}: {what}")]
+    UnknownFormat {
+        /// Offset where detection failed (usually 0).
+        offset: u64,
+        /// What was found instead.
+        what: String,
+    },
+    /// A structure extends past the end of the data.
+    #[error("truncated image: {what} at offset {offset:#x} needs {needed} bytes, {available} available")]
+    Truncated {
+        /// What was being read.
+        what: &'static str,
+        /// Offset of the read.
+        offset: u64,
+        /// Bytes the read needs.
+        needed: u64,
+        /// Bytes actually available from `offset`.
+        available: u64,
+    },
+    /// A structure has an invalid value.
+    #[error("malformed image at offset {offset:#x}: {what}")]
+    Malformed {
+        /// Offset of the bad value.
+        offset: u64,
+        /// What is wrong.
+        what: String,
+    },
+}
