@@ -4,6 +4,8 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod images;
+
 /// Run RV64 Linux programs with plugins and traces; inspect images.
 #[derive(Parser, Debug)]
 #[command(name = "tcgkit", version, about)]
@@ -44,13 +46,6 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Images { paths, json } => {
-            let _ = json;
-            for p in paths {
-                let image = tcgkit_image_core::Image::open(&p)?;
-                println!("{}", image.name());
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Images { paths, json } => images::run(&paths, json),
     }
 }
