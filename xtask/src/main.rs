@@ -4,12 +4,17 @@ use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod corpus_images;
+mod fixtures;
+
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let root = project_root();
     match args.first().map(String::as_str) {
         Some("ci") => ci(&root),
         Some("test") => test(&root),
+        Some("fixtures") => fixtures::run(&root),
+        Some("corpus-images") => corpus_images::run(&args[1..]),
         Some(other) => bail!("unknown task `{other}`\n{USAGE}"),
         None => {
             println!("{USAGE}");
@@ -21,7 +26,9 @@ fn main() -> Result<()> {
 const USAGE: &str = "usage: cargo xtask <task>
 tasks:
   ci    run what CI runs: fmt check, clippy -D warnings, then `test`
-  test  the test suite: every crate's tests and the corpus checks";
+  test  the test suite: every crate's tests and the corpus checks
+  corpus-images [DIR...]  compare image-core with monodis on every assembly (default /usr/lib/mono)
+  fixtures  rebuild the RV64 guest programs in fixtures/guests/ (needs riscv64-linux-gnu-gcc)";
 
 fn project_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -53,5 +60,11 @@ fn ci(root: &Path) -> Result<()> {
 
 fn test(root: &Path) -> Result<()> {
     cargo(root, &["test", "--workspace"])?;
+    // Under CI a missing monodis is installed (or fails the run); locally it is skipped.
+    if std::env::var_os("CI").is_none() && !corpus_images::monodis_available() {
+        println!("corpus-images: skipped, monodis not installed (apt-get install mono-utils)");
+    } else {
+        corpus_images::run(&[])?;
+    }
     Ok(())
 }

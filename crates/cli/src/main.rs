@@ -1,10 +1,10 @@
 //! The `tcgkit` command-line tool.
 
 use clap::{Parser, Subcommand};
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 mod images;
+mod run;
 
 /// Run RV64 Linux programs with plugins and traces; inspect images.
 #[derive(Parser, Debug)]
@@ -17,14 +17,9 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Load images and their reference closure, print what they are, unload them.
-    Images {
-        /// Image files (.NET assemblies, ELF executables).
-        #[arg(required = true)]
-        paths: Vec<PathBuf>,
-        /// Print machine-readable JSON instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
+    Images(images::ImagesArgs),
+    /// Run a static RV64 Linux program like qemu-riscv64; exit with its status.
+    Run(run::RunArgs),
 }
 
 fn main() -> ExitCode {
@@ -46,6 +41,7 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Images { paths, json } => images::run(&paths, json),
+        Command::Images(args) => images::run(&args),
+        Command::Run(args) => run::run(args),
     }
 }

@@ -23,8 +23,13 @@ pub enum ImageError {
         /// What was found instead.
         what: String,
     },
+    /// A PE/COFF image without a CLI header: a native DLL or EXE, not a .NET image.
+    #[error("not a .NET image: PE file has no CLI header (data directory 14 is empty)")]
+    NotDotNet,
     /// A structure extends past the end of the data.
-    #[error("truncated image: {what} at offset {offset:#x} needs {needed} bytes, {available} available")]
+    #[error(
+        "truncated image: {what} at offset {offset:#x} needs {needed} bytes, {available} available"
+    )]
     Truncated {
         /// What was being read.
         what: &'static str,

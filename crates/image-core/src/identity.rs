@@ -17,7 +17,11 @@ pub struct Version {
 
 impl fmt::Display for Version {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}.{}.{}", self.major, self.minor, self.build, self.revision)
+        write!(
+            f,
+            "{}.{}.{}.{}",
+            self.major, self.minor, self.build, self.revision
+        )
     }
 }
 
@@ -95,7 +99,12 @@ mod tests {
     fn assembly_name_displays_like_dotnet() {
         let n = AssemblyName {
             name: "mscorlib".into(),
-            version: Version { major: 4, minor: 0, build: 0, revision: 0 },
+            version: Version {
+                major: 4,
+                minor: 0,
+                build: 0,
+                revision: 0,
+            },
             culture: None,
             public_key_token: Some([0xb7, 0x7a, 0x5c, 0x56, 0x19, 0x34, 0xe0, 0x89]),
         };

@@ -1,6 +1,51 @@
-//! The Linux user-mode process model: run static RV64 Linux executables.
+//! The Linux user-mode process model: run static RV64 Linux executables the
+//! way `qemu-riscv64` does.
 //!
-//! Being written (issue 3): ELF loading through image-core, the initial
-//! stack and auxv, brk/mmap, Linux syscalls and qemu-user compatible exit
-//! status and signals.
+//! [`Process::load`] reads the ELF executable through image-core, maps its
+//! `PT_LOAD` segments with their permissions and builds the initial stack as
+//! Linux does for RV64 (argc, argv, envp, then the auxiliary vector with
+//! `AT_PHDR`, `AT_ENTRY`, `AT_RANDOM`, `AT_HWCAP`, `AT_EXECFN`, ...).
+//! [`Process::run`] executes it on tcg-core's engine with the riscv frontend
+//! and serves its Linux syscalls from the host (files, memory, time, ...).
+//! Unknown syscalls return `-ENOSYS` with a one-time warning on stderr.
+//! The guest ends with a [`GuestExit`]: its exit status, or the signal that
+//! killed it (SIGSEGV for a bad access, SIGBUS for a misaligned atomic,
+//! SIGILL, SIGTRAP, SIGABRT from `abort()`), exactly as under qemu-riscv64.
+//!
+//! ```
+//! use std::ffi::OsString;
+//! use std::path::Path;
+//! use tcgkit_linux_user::{GuestExit, Process};
+//!
+//! let guest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/guests/faults");
+//! let args = [OsString::from("faults"), OsString::from("exit=3")];
+//! let mut process = Process::load(&guest, &args, &[])?;
+//! assert_eq!(process.run(), GuestExit::Exited(3));
+//!
+//! let args = [OsString::from("faults"), OsString::from("segv")];
+//! let mut process = Process::load(&guest, &args, &[])?;
+//! let end = process.run();
+//! assert_eq!(end.shell_status(), 139);
+//! # Ok::<(), tcgkit_linux_user::LoadError>(())
+//! ```
+//!
+//! Limits (documented, not silent): one thread; signals a program raises at
+//! itself take their default action (guest handlers are recorded but not
+//! run); writable shared file mappings are refused with `ENODEV`; fcntl
+//! record locks are checked against other processes but not taken on the
+//! host.
 #![forbid(unsafe_code)]
+
+pub mod abi;
+mod error;
+mod fd;
+mod loader;
+mod mm;
+mod process;
+mod signal;
+mod strace;
+mod syscall;
+
+pub use error::LoadError;
+pub use process::{GuestExit, Options, Process, SyscallObserver};
+pub use signal::Signal;

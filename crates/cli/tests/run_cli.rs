@@ -1,0 +1,197 @@
+//! `tcgkit run` as a command: argument passing, exit status, fatal signals,
+//! error messages and `--strace` (compared with `qemu-riscv64 -strace` when
+//! it is installed).
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/guests")
+        .join(name)
+}
+
+fn tcgkit(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tcgkit"))
+        .args(args)
+        .env_clear()
+        .env("TCGKIT_FIXTURE", "cli")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run tcgkit")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn everything_after_the_guest_is_the_guests() {
+    let guest = fixture("fileio");
+    let guest = guest.to_str().expect("utf-8 path");
+    let out = tcgkit(&["run", guest, "--help", "--strace", "--", "-x", ""]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.starts_with("argc=6\n"), "{stdout}");
+    for (i, arg) in ["--help", "--strace", "--", "-x", ""].iter().enumerate() {
+        let line = format!("argv[{}]=\"{arg}\" ({})\n", i + 1, arg.len());
+        assert!(stdout.contains(&line), "missing {line:?} in {stdout}");
+    }
+    assert!(
+        stdout.contains("TCGKIT_FIXTURE=cli\n"),
+        "environment is passed: {stdout}"
+    );
+    // Our --strace was not taken: nothing but the guest's own stderr.
+    assert_eq!(text(&out.stderr), "fileio: done\n");
+}
+
+#[test]
+fn exit_status_and_fatal_signals() {
+    let guest = fixture("faults");
+    let guest = guest.to_str().expect("utf-8 path");
+    let out = tcgkit(&["run", guest, "exit=42"]);
+    assert_eq!(out.status.code(), Some(42));
+    assert_eq!(text(&out.stdout), "faults: exit=42\n");
+    for (mode, signal, name) in [
+        ("segv", 11, "Segmentation fault"),
+        ("ill", 4, "Illegal instruction"),
+        ("ebreak", 5, "Trace/breakpoint trap"),
+        ("abort", 6, "Aborted"),
+        ("misaligned-amo", 7, "Bus error"),
+    ] {
+        let out = tcgkit(&["run", guest, mode]);
+        assert_eq!(
+            out.status.signal(),
+            Some(signal),
+            "{mode}: {:?}",
+            out.status
+        );
+        assert_eq!(
+            text(&out.stdout),
+            format!("faults: {mode}\n"),
+            "output before the fault is kept"
+        );
+        let expected = format!("tcgkit: uncaught target signal {signal} ({name}) - core dumped\n");
+        assert_eq!(text(&out.stderr), expected);
+    }
+}
+
+#[test]
+fn bad_command_lines_and_bad_guests() {
+    let out = tcgkit(&["run"]);
+    assert_eq!(out.status.code(), Some(2), "usage error");
+    assert!(text(&out.stderr).contains("Usage"));
+
+    let out = tcgkit(&["run", "/nonexistent/guest"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.starts_with("tcgkit: error: cannot run /nonexistent/guest"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+
+    let host = std::env::current_exe().expect("this test binary");
+    let out = tcgkit(&["run", host.to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("not a 64-bit little-endian RISC-V executable"));
+}
+
+#[test]
+fn unknown_syscall_warns_once_and_returns_enosys() {
+    let guest = fixture("syscalls");
+    let out = tcgkit(&["run", guest.to_str().expect("utf-8")]);
+    assert!(out.status.success());
+    assert!(
+        text(&out.stdout)
+            .contains("syscall(4000) = -1 errno=38\nsyscall(4000, 1, 2, 3) = -1 errno=38\n")
+    );
+    assert_eq!(
+        text(&out.stderr),
+        "tcgkit: unsupported syscall: 4000\n",
+        "one warning for two calls"
+    );
+}
+
+/// The strace of a run, with process ids replaced (they differ per run).
+fn strace_lines(program: &str, pre: &[&str], guest: &Path, args: &[&str]) -> (Vec<String>, Output) {
+    let out = Command::new(program)
+        .args(pre)
+        .arg(guest)
+        .args(args)
+        .env_clear()
+        .env("TCGKIT_FIXTURE", "strace")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    let lines = text(&out.stderr)
+        .lines()
+        .filter(|l| !l.starts_with("tcgkit: "))
+        .map(normalize_pids)
+        .collect();
+    (lines, out)
+}
+
+/// Replaces every run of digits that equals the line's leading pid by `PID`.
+fn normalize_pids(line: &str) -> String {
+    let first: String = line.chars().take_while(char::is_ascii_digit).collect();
+    let mut out = String::new();
+    let mut digits = String::new();
+    for c in line.chars().chain(std::iter::once('\0')) {
+        if c.is_ascii_digit() {
+            digits.push(c);
+            continue;
+        }
+        if !digits.is_empty() {
+            let is_pid = digits.len() >= 2
+                && (digits == first || first.is_empty() && line.contains("si_pid="));
+            out.push_str(if is_pid { "PID" } else { &digits });
+            digits.clear();
+        }
+        if c != '\0' {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[test]
+fn strace_matches_qemu() {
+    let guest = fixture("faults");
+    let ours = strace_lines(
+        env!("CARGO_BIN_EXE_tcgkit"),
+        &["run", "--strace"],
+        &guest,
+        &["exit=3"],
+    )
+    .0;
+    assert!(ours.iter().any(|l| l == "PID exit_group(3)"), "{ours:#?}");
+    assert!(
+        ours.iter().any(|l| l.starts_with("PID brk(NULL) = 0x")),
+        "{ours:#?}"
+    );
+    let has_qemu = Command::new("qemu-riscv64")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_qemu {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "qemu-riscv64 is required under CI"
+        );
+        eprintln!("skipping the comparison: qemu-riscv64 is not installed");
+        return;
+    }
+    for args in [["exit=3"], ["segv"], ["ill"], ["abort"]] {
+        let ours = strace_lines(
+            env!("CARGO_BIN_EXE_tcgkit"),
+            &["run", "--strace"],
+            &guest,
+            &args,
+        )
+        .0;
+        let reference = strace_lines("qemu-riscv64", &["-strace"], &guest, &args).0;
+        assert_eq!(ours, reference, "strace of faults {args:?}");
+    }
+}

@@ -1,0 +1,220 @@
+//! Differential tests: every guest fixture runs under `tcgkit run` and under
+//! Debian's `qemu-riscv64` with the same arguments, stdin and environment;
+//! stdout must be byte-identical and the exit status (or fatal signal) equal.
+//!
+//! Without qemu-riscv64 the tests compare with qemu's output committed in
+//! fixtures/guests/expected/ (and say so), except under CI (`CI=true`),
+//! where the live reference is required. `TCGKIT_BLESS=1` rewrites those
+//! files from qemu-riscv64.
+
+use std::io::Write;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+
+const QEMU: &str = "qemu-riscv64";
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/guests")
+}
+
+fn qemu_available() -> bool {
+    let found = Command::new(QEMU)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{QEMU} is required under CI (apt-get install qemu-user)"
+        );
+        eprintln!("{QEMU} is not installed: comparing with its recorded output");
+    }
+    found
+}
+
+/// How a run ended, as recorded in the expected files.
+fn status_text(status: &ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit {code}\n"),
+        (None, Some(sig)) => format!("signal {sig}\n"),
+        _ => format!("unknown {status:?}\n"),
+    }
+}
+
+/// qemu-riscv64's recorded stdout and status for a case.
+fn recorded(case: &str) -> (PathBuf, PathBuf) {
+    let dir = fixtures().join("expected");
+    (
+        dir.join(format!("{case}.stdout")),
+        dir.join(format!("{case}.status")),
+    )
+}
+
+struct Outcome {
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    status: ExitStatus,
+}
+
+/// Runs `program` on `guest` with a fixed small environment and `stdin`.
+fn execute(program: &str, pre_args: &[&str], guest: &Path, args: &[&str], stdin: &[u8]) -> Outcome {
+    let mut child = Command::new(program)
+        .args(pre_args)
+        .arg(guest)
+        .args(args)
+        .env_clear()
+        .env("TCGKIT_FIXTURE", "differential")
+        .env("LC_ALL", "C")
+        .current_dir(std::env::temp_dir())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {program}: {e}"));
+    if let Some(mut input) = child.stdin.take() {
+        input.write_all(stdin).expect("write guest stdin");
+    }
+    let out = child.wait_with_output().expect("wait for guest");
+    Outcome {
+        stdout: out.stdout,
+        stderr: out.stderr,
+        status: out.status,
+    }
+}
+
+/// Runs the fixture under both and compares stdout and status; `case`
+/// names the recorded reference.
+fn differential(case: &str, fixture: &str, args: &[&str], stdin: &[u8]) {
+    let guest = fixtures().join(fixture);
+    assert!(guest.exists(), "missing fixture {}", guest.display());
+    let ours = execute(env!("CARGO_BIN_EXE_tcgkit"), &["run"], &guest, args, stdin);
+    let (stdout_file, status_file) = recorded(case);
+    if !qemu_available() {
+        let stdout = std::fs::read(&stdout_file).expect("recorded stdout");
+        let status = std::fs::read_to_string(&status_file).expect("recorded status");
+        assert!(
+            ours.stdout == stdout && status_text(&ours.status) == status,
+            "{case}: differs from recorded {QEMU} output ({status:?}):\n{}\n--- stderr\n{}",
+            String::from_utf8_lossy(&ours.stdout),
+            String::from_utf8_lossy(&ours.stderr)
+        );
+        return;
+    }
+    let reference = execute(QEMU, &[], &guest, args, stdin);
+    if std::env::var("TCGKIT_BLESS").as_deref() == Ok("1") {
+        std::fs::create_dir_all(fixtures().join("expected")).expect("expected dir");
+        std::fs::write(&stdout_file, &reference.stdout).expect("write recorded stdout");
+        std::fs::write(&status_file, status_text(&reference.status))
+            .expect("write recorded status");
+    }
+    let show = |o: &Outcome| {
+        format!(
+            "status {:?} (code {:?}, signal {:?})\n--- stdout\n{}\n--- stderr\n{}",
+            o.status,
+            o.status.code(),
+            o.status.signal(),
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+    assert!(
+        ours.stdout == reference.stdout
+            && ours.status.code() == reference.status.code()
+            && ours.status.signal() == reference.status.signal(),
+        "{fixture} {args:?} differs from {QEMU}\n=== tcgkit: {}\n=== {QEMU}: {}",
+        show(&ours),
+        show(&reference)
+    );
+    assert!(!ours.stdout.is_empty(), "{fixture} printed nothing");
+    let ours_stderr = String::from_utf8_lossy(&ours.stderr);
+    assert!(
+        !ours_stderr.contains("panicked"),
+        "host panic: {ours_stderr}"
+    );
+}
+
+#[test]
+fn integer() {
+    differential("integer", "integer", &[], b"");
+}
+
+#[test]
+fn integer_with_argument() {
+    differential("integer_with_argument", "integer", &["5000"], b"");
+}
+
+#[test]
+fn float() {
+    differential("float", "float", &[], b"");
+}
+
+#[test]
+fn malloc() {
+    differential("malloc", "malloc", &[], b"");
+}
+
+#[test]
+fn syscalls() {
+    differential("syscalls", "syscalls", &[], b"");
+}
+
+#[test]
+fn fileio_with_arguments_stdin_and_env() {
+    let text =
+        b"The quick brown fox\njumps over\tthe lazy dog\n\nA second paragraph, with punctuation!\n";
+    differential(
+        "fileio_with_arguments_stdin_and_env",
+        "fileio",
+        &["-x", "a b", "", "--strace", "\u{e9}t\u{e9}"],
+        text,
+    );
+}
+
+#[test]
+fn fileio_empty_stdin() {
+    differential("fileio_empty_stdin", "fileio", &[], b"");
+}
+
+#[test]
+fn fault_segv() {
+    differential("fault_segv", "faults", &["segv"], b"");
+}
+
+#[test]
+fn fault_illegal_instruction() {
+    differential("fault_illegal_instruction", "faults", &["ill"], b"");
+}
+
+#[test]
+fn fault_ebreak() {
+    differential("fault_ebreak", "faults", &["ebreak"], b"");
+}
+
+#[test]
+fn fault_abort() {
+    differential("fault_abort", "faults", &["abort"], b"");
+}
+
+#[test]
+fn fault_misaligned_atomic() {
+    differential(
+        "fault_misaligned_atomic",
+        "faults",
+        &["misaligned-amo"],
+        b"",
+    );
+}
+
+#[test]
+fn exit_status() {
+    differential("exit_status_1", "faults", &["exit=7"], b"");
+    differential("exit_status_2", "faults", &["exit=256"], b"");
+}
+
+#[test]
+fn no_fault() {
+    differential("no_fault", "faults", &["none"], b"");
+}

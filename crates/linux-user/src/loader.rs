@@ -1,0 +1,261 @@
+//! Loading a static RV64 ELF executable into guest memory and building the
+//! initial stack exactly the way Linux lays it out for RV64.
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
+
+use tcgkit_image_core::{ElfClass, ElfInfo, Image, Linkage};
+use tcgkit_tcg_core::{GuestMemory, PAGE_SIZE, Perms};
+
+use crate::abi::auxv::*;
+use crate::abi::{CLOCK_TICKS, HWCAP_RV64GC};
+use crate::error::LoadError;
+use crate::mm::{
+    self, MAX_MAPPED_BYTES, STACK_BOTTOM, STACK_SIZE, STACK_TOP, TASK_UNMAPPED_BASE, page_down,
+    page_up,
+};
+
+/// `EM_RISCV`.
+const EM_RISCV: u16 = 243;
+/// `ET_EXEC` and `ET_DYN`.
+const ET_EXEC: u16 = 2;
+const ET_DYN: u16 = 3;
+/// Where a static-pie is placed (Linux's `ELF_ET_DYN_BASE` for 64-bit is
+/// 2/3 of the address space; qemu picks a free spot; any free spot works).
+const PIE_BASE: u64 = 0x2a_aaaa_a000;
+
+/// What the loader placed in memory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct LoadedImage {
+    /// Entry point (load bias applied).
+    pub(crate) entry: u64,
+    /// Address of the program headers in guest memory (`AT_PHDR`).
+    pub(crate) phdr: u64,
+    /// `AT_PHNUM`.
+    pub(crate) phnum: u64,
+    /// `AT_PHENT`.
+    pub(crate) phent: u64,
+    /// End of the highest segment (the heap starts at the next page).
+    pub(crate) end: u64,
+}
+
+/// Maps the `PT_LOAD` segments of `image` into `mem`.
+pub(crate) fn load_image(image: &Image, mem: &mut GuestMemory) -> Result<LoadedImage, LoadError> {
+    let elf = image.elf().ok_or(LoadError::NotElf)?;
+    check_header(elf)?;
+    let bias = if elf.elf_type == ET_DYN { PIE_BASE } else { 0 };
+    let file = image.bytes();
+    let mut end = 0u64;
+    let mut total = 0u64;
+    let mut previous_end_page = 0u64;
+    for seg in &elf.segments {
+        if seg.memsz == 0 {
+            continue;
+        }
+        let bad = |what: &str| LoadError::BadSegment {
+            vaddr: seg.vaddr,
+            what: what.to_string(),
+        };
+        if seg.filesz > seg.memsz {
+            return Err(bad("file size exceeds memory size"));
+        }
+        if seg.vaddr % PAGE_SIZE != seg.offset % PAGE_SIZE {
+            return Err(bad("address and file offset disagree modulo the page size"));
+        }
+        let vaddr = seg
+            .vaddr
+            .checked_add(bias)
+            .ok_or_else(|| bad("address overflows"))?;
+        let seg_end = vaddr
+            .checked_add(seg.memsz)
+            .ok_or_else(|| bad("size overflows"))?;
+        let start = page_down(vaddr);
+        let stop = page_up(seg_end).ok_or_else(|| bad("size overflows"))?;
+        if stop > TASK_UNMAPPED_BASE {
+            return Err(bad("segment reaches the stack and mmap area"));
+        }
+        total = total.saturating_add(stop - start);
+        if total > MAX_MAPPED_BYTES {
+            return Err(bad("segments are larger than the guest memory limit"));
+        }
+        if start < previous_end_page {
+            return Err(bad("segments overlap or are not in ascending order"));
+        }
+        let perms = segment_perms(seg.flags.read, seg.flags.write, seg.flags.execute);
+        mem.map(start, stop - start, perms)
+            .map_err(|e| bad(&format!("cannot map: {e}")))?;
+        // Like Linux, map whole file pages: bytes between the page start and
+        // the segment start come from the file too (e.g. the ELF header).
+        let lead = vaddr - start;
+        let file_start = seg.offset - lead;
+        let file_len = seg.filesz + lead;
+        let data = usize::try_from(file_start)
+            .ok()
+            .zip(usize::try_from(file_start + file_len).ok())
+            .and_then(|(a, b)| file.get(a..b))
+            .ok_or_else(|| bad("file data lies outside the file"))?;
+        mem.write_initial(start, data)
+            .map_err(|e| bad(&format!("cannot write: {e}")))?;
+        previous_end_page = stop;
+        end = end.max(seg_end);
+    }
+    if end == 0 {
+        return Err(LoadError::NoSegments);
+    }
+    let entry = elf.entry.wrapping_add(bias);
+    if !mem.perms(entry).is_some_and(|p| p.contains(Perms::EXEC)) {
+        return Err(LoadError::BadEntry { entry });
+    }
+    Ok(LoadedImage {
+        entry,
+        phdr: phdr_address(elf).map_or(0, |a| a.wrapping_add(bias)),
+        phnum: u64::from(elf.phnum),
+        phent: u64::from(elf.phentsize),
+        end,
+    })
+}
+
+fn check_header(elf: &ElfInfo) -> Result<(), LoadError> {
+    if elf.class != ElfClass::Elf64 || !elf.little_endian || elf.machine != EM_RISCV {
+        return Err(LoadError::WrongArchitecture {
+            machine: elf.machine,
+        });
+    }
+    match (elf.elf_type, elf.linkage) {
+        (_, Linkage::Dynamic) => Err(LoadError::Dynamic {
+            interpreter: elf.interpreter.clone().unwrap_or_default(),
+        }),
+        (ET_EXEC, _) | (ET_DYN, Linkage::StaticPie) => Ok(()),
+        (other, _) => Err(LoadError::NotExecutable { elf_type: other }),
+    }
+}
+
+/// Where the program headers are in memory: inside the segment that maps
+/// their file offset (Linux computes `AT_PHDR` the same way).
+fn phdr_address(elf: &ElfInfo) -> Option<u64> {
+    elf.segments.iter().find_map(|seg| {
+        let inside = elf.phoff >= seg.offset && elf.phoff - seg.offset < seg.filesz;
+        inside.then(|| seg.vaddr + (elf.phoff - seg.offset))
+    })
+}
+
+fn segment_perms(read: bool, write: bool, execute: bool) -> Perms {
+    let mut perms = Perms::NONE;
+    if read || write {
+        perms = perms | Perms::READ;
+    }
+    if write {
+        perms = perms | Perms::WRITE;
+    }
+    if execute {
+        perms = perms | Perms::EXEC;
+    }
+    perms
+}
+
+/// Identity values the auxiliary vector reports.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Credentials {
+    pub(crate) uid: u32,
+    pub(crate) euid: u32,
+    pub(crate) gid: u32,
+    pub(crate) egid: u32,
+}
+
+/// Maps the stack and writes argc, argv, envp, auxv and the strings the way
+/// Linux does for RV64; returns the initial stack pointer.
+///
+/// Layout from the top: a zero word, the executable name (`AT_EXECFN`), the
+/// argument and environment strings, 16 random bytes (`AT_RANDOM`), then,
+/// 16-byte aligned at `sp`: argc, argv[], NULL, envp[], NULL, auxv pairs.
+pub(crate) fn build_stack(
+    mem: &mut GuestMemory,
+    loaded: &LoadedImage,
+    execfn: &[u8],
+    args: &[OsString],
+    env: &[OsString],
+    random: [u8; 16],
+    creds: Credentials,
+) -> Result<u64, LoadError> {
+    // A PROT_NONE guard page below the stack, like qemu.
+    mem.map(TASK_UNMAPPED_BASE, PAGE_SIZE, Perms::NONE)
+        .map_err(|e| LoadError::Stack(e.to_string()))?;
+    mem.map(STACK_BOTTOM, STACK_SIZE, Perms::READ | Perms::WRITE)
+        .map_err(|e| LoadError::Stack(e.to_string()))?;
+
+    let strings: usize =
+        args.iter().chain(env).map(|s| s.len() + 1).sum::<usize>() + execfn.len() + 1;
+    let words = 1 + args.len() + 1 + env.len() + 1 + 2 * 18;
+    // Linux refuses arguments larger than a quarter of the stack (E2BIG).
+    let needed = strings as u64 + 8 * words as u64 + 64;
+    if needed > STACK_SIZE / 4 {
+        return Err(LoadError::ArgumentsTooLarge { bytes: needed });
+    }
+    let fail = |e: tcgkit_tcg_core::MemFault| LoadError::Stack(e.to_string());
+
+    let mut p = STACK_TOP - 8;
+    mem.write_initial(p, &[0; 8]).map_err(fail)?;
+    p -= execfn.len() as u64 + 1;
+    let execfn_addr = p;
+    write_cstr(mem, p, execfn).map_err(fail)?;
+
+    let total: u64 = args.iter().chain(env).map(|s| s.len() as u64 + 1).sum();
+    p -= total;
+    let mut cursor = p;
+    let mut pointers = Vec::with_capacity(args.len() + env.len());
+    for s in args.iter().chain(env) {
+        pointers.push(cursor);
+        write_cstr(mem, cursor, s.as_bytes()).map_err(fail)?;
+        cursor += s.len() as u64 + 1;
+    }
+    let (arg_ptrs, env_ptrs) = pointers.split_at(args.len());
+
+    p &= !15;
+    p -= 16;
+    let random_addr = p;
+    mem.write_initial(p, &random).map_err(fail)?;
+
+    let auxv: [(u64, u64); 17] = [
+        (AT_PHDR, loaded.phdr),
+        (AT_PHENT, loaded.phent),
+        (AT_PHNUM, loaded.phnum),
+        (AT_PAGESZ, PAGE_SIZE),
+        (AT_BASE, 0),
+        (AT_FLAGS, 0),
+        (AT_ENTRY, loaded.entry),
+        (AT_UID, u64::from(creds.uid)),
+        (AT_EUID, u64::from(creds.euid)),
+        (AT_GID, u64::from(creds.gid)),
+        (AT_EGID, u64::from(creds.egid)),
+        (AT_HWCAP, HWCAP_RV64GC),
+        (AT_CLKTCK, CLOCK_TICKS),
+        (AT_RANDOM, random_addr),
+        (AT_SECURE, 0),
+        (AT_EXECFN, execfn_addr),
+        (AT_NULL, 0),
+    ];
+    let mut table: Vec<u64> = Vec::with_capacity(words);
+    table.push(args.len() as u64);
+    table.extend_from_slice(arg_ptrs);
+    table.push(0);
+    table.extend_from_slice(env_ptrs);
+    table.push(0);
+    for (key, value) in auxv {
+        table.push(key);
+        table.push(value);
+    }
+    let sp = (p - 8 * table.len() as u64) & !15;
+    let bytes: Vec<u8> = table.iter().flat_map(|w| w.to_le_bytes()).collect();
+    mem.write_initial(sp, &bytes).map_err(fail)?;
+    Ok(sp)
+}
+
+fn write_cstr(mem: &mut GuestMemory, addr: u64, s: &[u8]) -> Result<(), tcgkit_tcg_core::MemFault> {
+    mem.write_initial(addr, s)?;
+    mem.write_initial(addr + s.len() as u64, &[0])
+}
+
+/// The first address above every segment's page, where brk starts.
+pub(crate) fn heap_start(loaded: &LoadedImage) -> u64 {
+    mm::page_up(loaded.end).unwrap_or(loaded.end)
+}

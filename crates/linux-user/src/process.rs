@@ -1,0 +1,284 @@
+//! A guest process: its memory, its one vCPU, its kernel state, and the loop
+//! that runs it until it exits or dies by a signal.
+
+use std::ffi::OsString;
+use std::io::Write as _;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use tcgkit_image_core::Image;
+use tcgkit_riscv::{Cpu, Rv64};
+use tcgkit_tcg_core::{CpuExit, Engine, GuestMemory, MemFaultKind};
+
+use crate::error::LoadError;
+use crate::fd::FdTable;
+use crate::loader::{self, Credentials};
+use crate::mm::AddressSpace;
+use crate::signal::Signal;
+use crate::strace::{self, SignalCause};
+use crate::syscall::{Kernel, Outcome};
+
+/// How a guest process ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GuestExit {
+    /// It called `exit`/`exit_group` with this status (0..=255).
+    Exited(u8),
+    /// It was killed by this signal (a fault, `abort()`, ...).
+    Signaled(Signal),
+}
+
+impl GuestExit {
+    /// The status a shell reports for it: the exit status, or 128 + signal.
+    pub fn shell_status(self) -> i32 {
+        match self {
+            GuestExit::Exited(code) => i32::from(code),
+            GuestExit::Signaled(sig) => 128 + i32::from(sig.number()),
+        }
+    }
+
+    /// The line qemu-user prints on stderr when a signal kills the guest
+    /// (`None` for a normal exit or a signal that dumps no core).
+    pub fn uncaught_signal_message(self, tool: &str) -> Option<String> {
+        match self {
+            GuestExit::Signaled(sig) if sig.dumps_core() => Some(format!(
+                "{tool}: uncaught target signal {} ({}) - core dumped",
+                sig.number(),
+                sig.description()
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// Watches the guest's system calls (plugins implement it).
+pub trait SyscallObserver: Send {
+    /// Called before syscall `number` runs, with its six argument registers.
+    fn on_syscall(&mut self, number: u64, args: &[u64; 6]);
+    /// Called after it returned `ret` (a0 as the guest will see it; errors
+    /// are `-errno`). Not called for `exit`/`exit_group` or a fatal signal.
+    fn on_syscall_return(&mut self, number: u64, ret: u64);
+}
+
+/// Options of a guest process.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct Options {
+    /// Print each syscall on stderr like `qemu-riscv64 -strace`.
+    pub strace: bool,
+}
+
+impl Options {
+    /// Options with `strace` set as given.
+    pub fn with_strace(mut self, strace: bool) -> Options {
+        self.strace = strace;
+        self
+    }
+}
+
+/// A loaded guest program, ready to run.
+pub struct Process {
+    engine: Engine<Rv64>,
+    cpu: Cpu,
+    mem: GuestMemory,
+    kernel: Kernel,
+    options: Options,
+    observer: Option<Box<dyn SyscallObserver>>,
+    initial_sp: u64,
+}
+
+impl std::fmt::Debug for Process {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Process")
+            .field("exe", &self.kernel.exe_path)
+            .field("pc", &self.cpu.pc())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Process {
+    /// Loads the static RV64 executable at `path`. `args` is the complete
+    /// argv (argv[0] included, as the guest will see it) and `env` the
+    /// environment as `NAME=value` strings. Guest descriptors 0-2 are the
+    /// host's stdin, stdout and stderr.
+    pub fn load(path: &Path, args: &[OsString], env: &[OsString]) -> Result<Process, LoadError> {
+        let image = Image::open(path)?;
+        Process::from_image(&image, path, args, env)
+    }
+
+    /// Like [`Process::load`], for an image the embedder already opened,
+    /// e.g. through an `ImageRegistry` so its observers see the executable
+    /// load and unload. `path` is what `AT_EXECFN` and `/proc/self/exe`
+    /// report. The process copies what it needs: the image may be closed
+    /// once this returns.
+    pub fn from_image(
+        image: &Image,
+        path: &Path,
+        args: &[OsString],
+        env: &[OsString],
+    ) -> Result<Process, LoadError> {
+        let mut mem = GuestMemory::new();
+        let loaded = loader::load_image(image, &mut mem)?;
+        let mut random = [0u8; 16];
+        // AT_RANDOM seeds the guest's stack protector and pointer guard; a
+        // failing host RNG is not worth refusing to start over.
+        let _ = rustix::rand::getrandom(&mut random[..], rustix::rand::GetRandomFlags::empty());
+        let creds = Credentials {
+            uid: rustix::process::getuid().as_raw(),
+            euid: rustix::process::geteuid().as_raw(),
+            gid: rustix::process::getgid().as_raw(),
+            egid: rustix::process::getegid().as_raw(),
+        };
+        let execfn = path.as_os_str().as_bytes();
+        let sp = loader::build_stack(&mut mem, &loaded, execfn, args, env, random, creds)?;
+        let mut cpu = Cpu::new();
+        cpu.set_pc(loaded.entry);
+        cpu.set_x(2, sp);
+        let exe_path = std::fs::canonicalize(path).unwrap_or_else(|_| PathBuf::from(path));
+        let space = AddressSpace::new(loader::heap_start(&loaded));
+        Ok(Process {
+            engine: Engine::new(Rv64::new()),
+            cpu,
+            mem,
+            kernel: Kernel::new(FdTable::with_stdio(), space, exe_path),
+            options: Options::default(),
+            observer: None,
+            initial_sp: sp,
+        })
+    }
+
+    /// Sets the options.
+    pub fn with_options(mut self, options: Options) -> Process {
+        self.options = options;
+        self
+    }
+
+    /// Installs a syscall observer (replacing any previous one).
+    pub fn set_syscall_observer(&mut self, observer: Box<dyn SyscallObserver>) {
+        self.observer = Some(observer);
+    }
+
+    /// The guest's memory (e.g. to inspect what the loader built).
+    pub fn memory(&mut self) -> &mut GuestMemory {
+        &mut self.mem
+    }
+
+    /// The guest's registers.
+    pub fn cpu(&self) -> &Cpu {
+        &self.cpu
+    }
+
+    /// The stack pointer the guest starts with (it points at argc).
+    pub fn initial_stack_pointer(&self) -> u64 {
+        self.initial_sp
+    }
+
+    /// The execution engine (statistics, instrumentation).
+    pub fn engine(&self) -> &Engine<Rv64> {
+        &self.engine
+    }
+
+    /// The execution engine, mutably (to attach instrumentation).
+    pub fn engine_mut(&mut self) -> &mut Engine<Rv64> {
+        &mut self.engine
+    }
+
+    /// Runs the guest until it exits or a signal kills it. Guest faults,
+    /// illegal instructions and breakpoints end it with the signal Linux
+    /// would send (SIGSEGV, SIGBUS, SIGILL, SIGTRAP); nothing the guest does
+    /// makes the host panic.
+    pub fn run(&mut self) -> GuestExit {
+        loop {
+            match self.engine.run(&mut self.cpu, &mut self.mem) {
+                CpuExit::Syscall => {
+                    if let Some(exit) = self.syscall() {
+                        return exit;
+                    }
+                }
+                // si_code 1: TRAP_BRKPT, ILL_ILLOPC, SEGV_MAPERR, BUS_ADRALN.
+                CpuExit::Breakpoint => {
+                    let addr = self.cpu.pc();
+                    return self.fatal(Signal::TRAP, SignalCause::Fault { code: 1, addr });
+                }
+                CpuExit::IllegalInstruction { .. } => {
+                    let addr = self.cpu.pc();
+                    return self.fatal(Signal::ILL, SignalCause::Fault { code: 1, addr });
+                }
+                CpuExit::Fault(fault) => {
+                    let (sig, code) = match fault.kind {
+                        MemFaultKind::Misaligned => (Signal::BUS, 1),
+                        MemFaultKind::Protection => (Signal::SEGV, 2),
+                        MemFaultKind::Unmapped => (Signal::SEGV, 1),
+                    };
+                    return self.fatal(
+                        sig,
+                        SignalCause::Fault {
+                            code,
+                            addr: fault.addr,
+                        },
+                    );
+                }
+                // The engine handles these itself; resume if one comes back.
+                CpuExit::FlushCode => self.engine.flush(),
+                CpuExit::ExitRequested => {}
+            }
+        }
+    }
+
+    /// Handles the `ecall` at pc; `Some` when the process is over.
+    fn syscall(&mut self) -> Option<GuestExit> {
+        let number = self.cpu.x(17);
+        let args = [10, 11, 12, 13, 14, 15].map(|r| self.cpu.x(r));
+        if let Some(observer) = self.observer.as_mut() {
+            observer.on_syscall(number, &args);
+        }
+        let pid = std::process::id();
+        if self.options.strace {
+            let line = strace::format_call(pid, number, &args, &mut self.mem);
+            let mut err = std::io::stderr().lock();
+            let _ = err.write_all(line.as_bytes());
+            let _ = err.flush();
+        }
+        let outcome = self.kernel.syscall(&mut self.mem, number, args);
+        for (start, len) in self.kernel.code_changes.drain(..) {
+            self.engine.invalidate_range(start, len);
+        }
+        match outcome {
+            Outcome::Return(value) => {
+                if self.options.strace {
+                    let line = strace::format_return(number, &args, value as i64, &mut self.mem);
+                    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+                }
+                if let Some(observer) = self.observer.as_mut() {
+                    observer.on_syscall_return(number, value);
+                }
+                self.cpu.set_x(10, value);
+                // ecall has no compressed form: always 4 bytes.
+                self.cpu.set_pc(self.cpu.pc().wrapping_add(4));
+                None
+            }
+            Outcome::Exit(code) => Some(GuestExit::Exited(code as u8)),
+            Outcome::Killed(sig) => {
+                // The signal is raised by the syscall, which itself succeeded.
+                if self.options.strace {
+                    let line = strace::format_return(number, &args, 0, &mut self.mem);
+                    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+                }
+                let cause = SignalCause::Sent {
+                    by_thread: number != crate::abi::nr::KILL,
+                    pid,
+                    uid: rustix::process::getuid().as_raw(),
+                };
+                Some(self.fatal(sig, cause))
+            }
+        }
+    }
+
+    /// The guest dies by `sig`; with `--strace`, say why like qemu.
+    fn fatal(&mut self, sig: Signal, cause: SignalCause) -> GuestExit {
+        if self.options.strace {
+            let line = strace::format_signal(sig.number(), cause);
+            let _ = std::io::stderr().lock().write_all(line.as_bytes());
+        }
+        GuestExit::Signaled(sig)
+    }
+}

@@ -1,0 +1,437 @@
+//! Linux syscalls of one guest process: the dispatcher and the process-wide
+//! state they share (descriptors, address space, signal bookkeeping).
+//!
+//! Every handler returns `Result<u64, i32>`: a value for the guest's a0 or a
+//! positive errno (the guest sees `-errno`). Guest pointers are read and
+//! written only through `GuestMemory`, so a bad pointer is `EFAULT`, never a
+//! host fault.
+
+mod file;
+mod system;
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+
+use tcgkit_tcg_core::GuestMemory;
+
+use crate::abi::{errno, nr};
+use crate::fd::FdTable;
+use crate::mm::{AddressSpace, CodeChange};
+use crate::signal::Signal;
+
+/// What a syscall did to the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Resume the guest with this value in a0.
+    Return(u64),
+    /// The process exited with this status (`exit`, `exit_group`).
+    Exit(i32),
+    /// The process was killed by this signal (e.g. `abort` raising SIGABRT).
+    Killed(Signal),
+}
+
+/// Guest-visible signal dispositions (bookkeeping only: no asynchronous
+/// delivery, no guest handlers run yet).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Disposition {
+    Default,
+    Ignore,
+    Handler,
+}
+
+/// The kernel state of one guest process.
+pub(crate) struct Kernel {
+    pub(crate) fds: FdTable,
+    pub(crate) space: AddressSpace,
+    /// Absolute host path of the executable (what `/proc/self/exe` names).
+    pub(crate) exe_path: PathBuf,
+    /// Ranges whose translated code the engine must drop.
+    pub(crate) code_changes: Vec<(u64, u64)>,
+    /// Raw `struct sigaction` of each signal as the guest set it, 1..=64.
+    sigactions: Vec<[u8; 32]>,
+    sigmask: u64,
+    /// Syscall numbers already reported as unsupported.
+    warned: HashSet<u64>,
+    /// Resource limits the guest lowered (`setrlimit`), by resource number.
+    rlimits: Vec<(u32, u64, u64)>,
+}
+
+impl Kernel {
+    pub(crate) fn new(fds: FdTable, space: AddressSpace, exe_path: PathBuf) -> Kernel {
+        Kernel {
+            fds,
+            space,
+            exe_path,
+            code_changes: Vec::new(),
+            sigactions: vec![[0; 32]; 65],
+            sigmask: 0,
+            warned: HashSet::new(),
+            rlimits: Vec::new(),
+        }
+    }
+
+    /// Runs syscall `number` with `args`.
+    pub(crate) fn syscall(
+        &mut self,
+        mem: &mut GuestMemory,
+        number: u64,
+        args: [u64; 6],
+    ) -> Outcome {
+        let [a0, a1, a2, a3, a4, a5] = args;
+        let result = match number {
+            nr::EXIT | nr::EXIT_GROUP => return Outcome::Exit(a0 as i32),
+            nr::KILL | nr::TKILL | nr::TGKILL => {
+                let signal = if number == nr::TGKILL { a2 } else { a1 };
+                return self.kill(number, a0, a1, signal);
+            }
+            nr::READ => self.read(mem, a0, a1, a2),
+            nr::WRITE => self.write(mem, a0, a1, a2),
+            nr::READV => self.readv(mem, a0, a1, a2, None),
+            nr::WRITEV => self.writev(mem, a0, a1, a2, None),
+            nr::PREAD64 => self.pread(mem, a0, a1, a2, a3),
+            nr::PWRITE64 => self.pwrite(mem, a0, a1, a2, a3),
+            nr::PREADV => self.readv(mem, a0, a1, a2, Some(a3)),
+            nr::PWRITEV => self.writev(mem, a0, a1, a2, Some(a3)),
+            nr::OPENAT => self.openat(mem, a0, a1, a2, a3),
+            nr::CLOSE => self.fds.close(a0).map(|()| 0),
+            nr::LSEEK => self.lseek(a0, a1, a2),
+            nr::DUP => self.dup(a0),
+            nr::DUP3 => self.dup3(a0, a1, a2),
+            nr::FCNTL => self.fcntl(mem, a0, a1, a2),
+            nr::IOCTL => self.ioctl(mem, a0, a1, a2),
+            nr::PIPE2 => self.pipe2(mem, a0, a1),
+            nr::NEWFSTATAT => self.newfstatat(mem, a0, a1, a2, a3),
+            nr::FSTAT => self.fstat(mem, a0, a1),
+            nr::READLINKAT => self.readlinkat(mem, a0, a1, a2, a3),
+            nr::GETCWD => self.getcwd(mem, a0, a1),
+            nr::CHDIR => self.chdir(mem, a0),
+            nr::FCHDIR => self.fchdir(a0),
+            nr::GETDENTS64 => self.getdents64(mem, a0, a1, a2),
+            nr::FACCESSAT => self.faccessat(mem, a0, a1, a2, 0),
+            nr::FACCESSAT2 => self.faccessat(mem, a0, a1, a2, a3),
+            nr::UNLINKAT => self.unlinkat(mem, a0, a1, a2),
+            nr::MKDIRAT => self.mkdirat(mem, a0, a1, a2),
+            nr::RENAMEAT => self.renameat(mem, a0, a1, a2, a3, 0),
+            nr::RENAMEAT2 => self.renameat(mem, a0, a1, a2, a3, a4),
+            nr::SYMLINKAT => self.symlinkat(mem, a0, a1, a2),
+            nr::LINKAT => self.linkat(mem, a0, a1, a2, a3, a4),
+            nr::FCHMOD => self.fchmod(a0, a1),
+            nr::FCHMODAT => self.fchmodat(mem, a0, a1, a2),
+            nr::FCHOWN => self.fchown(a0, a1, a2),
+            nr::FCHOWNAT => self.fchownat(mem, a0, a1, a2, a3, a4),
+            nr::FTRUNCATE => self.ftruncate(a0, a1),
+            nr::FSYNC | nr::FDATASYNC | nr::SYNC_FILE_RANGE => self.fsync(number, a0),
+            nr::SYNC => {
+                rustix::fs::sync();
+                Ok(0)
+            }
+            nr::FADVISE64 => self.fds.get(a0).map(|_| 0),
+            nr::FLOCK => self.flock(a0, a1),
+            nr::UTIMENSAT => self.utimensat(mem, a0, a1, a2, a3),
+            nr::UMASK => Ok(u64::from(
+                rustix::process::umask(rustix::fs::Mode::from_bits_retain(a0 as u32 & 0o777))
+                    .bits(),
+            )),
+            nr::BRK => Ok(self.space.brk(mem, a0)),
+            nr::MMAP => self.mmap(mem, a0, a1, a2, a3, a4, a5),
+            nr::MUNMAP => self.space.munmap(mem, a0, a1).map(|c| self.note(c, 0)),
+            nr::MPROTECT => self
+                .space
+                .mprotect(mem, a0, a1, a2)
+                .map(|c| self.note(c, 0)),
+            nr::MREMAP => self
+                .space
+                .mremap(mem, a0, a1, a2, a3, a4)
+                .map(|(addr, c)| self.note(c, addr)),
+            nr::MADVISE => self.madvise(mem, a0, a1, a2),
+            nr::MSYNC => {
+                if a0 % tcgkit_tcg_core::PAGE_SIZE != 0 {
+                    Err(errno::EINVAL)
+                } else if !mem.is_range_mapped(a0, a1) {
+                    Err(errno::ENOMEM)
+                } else {
+                    Ok(0)
+                }
+            }
+            nr::UNAME => system::uname(mem, a0),
+            nr::GETRANDOM => system::getrandom(mem, a0, a1, a2),
+            nr::CLOCK_GETTIME => system::clock_gettime(mem, a0, a1),
+            nr::CLOCK_GETRES => system::clock_getres(mem, a0, a1),
+            nr::GETTIMEOFDAY => system::gettimeofday(mem, a0, a1),
+            nr::NANOSLEEP => system::nanosleep(mem, a0, a1),
+            nr::CLOCK_NANOSLEEP => system::clock_nanosleep(mem, a0, a1, a2, a3),
+            nr::SET_TID_ADDRESS => Ok(u64::from(std::process::id())),
+            // Like qemu-riscv64 7.2: the robust futex list is not emulated,
+            // and glibc copes with ENOSYS for it and for rseq.
+            nr::SET_ROBUST_LIST | nr::RSEQ => Err(errno::ENOSYS),
+            nr::FUTEX => system::futex(mem, args),
+            nr::GETRLIMIT => self.prlimit(mem, 0, a0, 0, a1),
+            nr::SETRLIMIT => self.prlimit(mem, 0, a0, a1, 0),
+            nr::PRLIMIT64 => self.prlimit(mem, a0, a1, a2, a3),
+            nr::RT_SIGACTION => self.rt_sigaction(mem, a0, a1, a2, a3),
+            nr::RT_SIGPROCMASK => self.rt_sigprocmask(mem, a0, a1, a2, a3),
+            nr::GETPID | nr::GETTID => Ok(u64::from(std::process::id())),
+            nr::GETPPID => {
+                Ok(rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get() as u64))
+            }
+            nr::GETUID => Ok(u64::from(rustix::process::getuid().as_raw())),
+            nr::GETEUID => Ok(u64::from(rustix::process::geteuid().as_raw())),
+            nr::GETGID => Ok(u64::from(rustix::process::getgid().as_raw())),
+            nr::GETEGID => Ok(u64::from(rustix::process::getegid().as_raw())),
+            nr::SYSINFO => system::sysinfo(mem, a0),
+            nr::SCHED_GETAFFINITY => system::sched_getaffinity(mem, a0, a1, a2),
+            nr::SCHED_YIELD => {
+                std::thread::yield_now();
+                Ok(0)
+            }
+            _ => {
+                if self.warned.insert(number) {
+                    eprintln!("tcgkit: unsupported syscall: {number}");
+                }
+                Err(errno::ENOSYS)
+            }
+        };
+        if result == Err(errno::EPIPE)
+            && matches!(number, nr::WRITE | nr::WRITEV | nr::PWRITE64 | nr::PWRITEV)
+            && self.disposition(Signal::PIPE) == Disposition::Default
+            && self.sigmask & (1 << (Signal::PIPE.number() - 1)) == 0
+        {
+            // Writing to a pipe nobody reads raises SIGPIPE, which kills.
+            return Outcome::Killed(Signal::PIPE);
+        }
+        Outcome::Return(match result {
+            Ok(value) => value,
+            Err(e) => (-i64::from(e)) as u64,
+        })
+    }
+
+    /// Records the code ranges a memory syscall touched; returns `value`.
+    fn note(&mut self, change: CodeChange, value: u64) -> u64 {
+        if let Some(range) = change.invalidate {
+            self.code_changes.push(range);
+        }
+        value
+    }
+
+    fn kill(&mut self, number: u64, a0: u64, a1: u64, signal: u64) -> Outcome {
+        let me = u64::from(std::process::id());
+        let target_ok = match number {
+            // kill(pid): 0 is our group, our pid, -1 everyone (includes us).
+            nr::KILL => a0 == me || a0 == 0 || a0 as i64 == -1 || (a0 as i64) == -(me as i64),
+            nr::TKILL => a0 == me,
+            _ => a0 == me && a1 == me,
+        };
+        if !target_ok {
+            // Signalling other processes is not supported: say "no such process".
+            return Outcome::Return((-i64::from(errno::ESRCH)) as u64);
+        }
+        if signal == 0 {
+            return Outcome::Return(0);
+        }
+        let Some(sig) = Signal::from_number(signal) else {
+            return Outcome::Return((-i64::from(errno::EINVAL)) as u64);
+        };
+        let blocked = self.sigmask & (1u64 << (sig.number() - 1)) != 0;
+        match self.disposition(sig) {
+            _ if sig == Signal::KILL => Outcome::Killed(sig),
+            Disposition::Ignore => Outcome::Return(0),
+            // A blocked signal would stay pending; with no delivery yet it is
+            // dropped, which is what a program that blocks it expects to see.
+            _ if blocked => Outcome::Return(0),
+            Disposition::Default if !sig.default_terminates() => Outcome::Return(0),
+            // Guest handlers cannot run yet: treat them like the default
+            // action, which for the signals programs raise at themselves
+            // (SIGABRT, SIGTERM, ...) is termination.
+            _ => Outcome::Killed(sig),
+        }
+    }
+
+    pub(crate) fn disposition(&self, sig: Signal) -> Disposition {
+        let raw = self
+            .sigactions
+            .get(usize::from(sig.number()))
+            .copied()
+            .unwrap_or([0; 32]);
+        let handler = u64::from_le_bytes(raw[..8].try_into().unwrap_or([0; 8]));
+        match handler {
+            0 => Disposition::Default,
+            1 => Disposition::Ignore,
+            _ => Disposition::Handler,
+        }
+    }
+
+    fn rt_sigaction(
+        &mut self,
+        mem: &mut GuestMemory,
+        sig: u64,
+        act: u64,
+        oldact: u64,
+        sigsetsize: u64,
+    ) -> Result<u64, i32> {
+        if sigsetsize != 8 {
+            return Err(errno::EINVAL);
+        }
+        let signal = Signal::from_number(sig).ok_or(errno::EINVAL)?;
+        let index = usize::from(signal.number());
+        let current = self.sigactions.get(index).copied().ok_or(errno::EINVAL)?;
+        if act != 0 && (signal == Signal::KILL || signal.number() == 19) {
+            return Err(errno::EINVAL);
+        }
+        let mut new = [0u8; 32];
+        if act != 0 {
+            mem.read(act, &mut new).map_err(|_| errno::EFAULT)?;
+        }
+        if oldact != 0 {
+            mem.write(oldact, &current).map_err(|_| errno::EFAULT)?;
+        }
+        if act != 0 {
+            if let Some(slot) = self.sigactions.get_mut(index) {
+                *slot = new;
+            }
+        }
+        Ok(0)
+    }
+
+    fn rt_sigprocmask(
+        &mut self,
+        mem: &mut GuestMemory,
+        how: u64,
+        set: u64,
+        oldset: u64,
+        sigsetsize: u64,
+    ) -> Result<u64, i32> {
+        if sigsetsize != 8 {
+            return Err(errno::EINVAL);
+        }
+        let old = self.sigmask;
+        if set != 0 {
+            let value = mem.load(set, 8).map_err(|_| errno::EFAULT)?;
+            // SIGKILL and SIGSTOP can never be blocked.
+            let value = value & !((1 << 8) | (1 << 18));
+            self.sigmask = match how {
+                0 => old | value,
+                1 => old & !value,
+                2 => value,
+                _ => return Err(errno::EINVAL),
+            };
+        }
+        if oldset != 0 {
+            mem.store(oldset, 8, old).map_err(|_| errno::EFAULT)?;
+        }
+        Ok(0)
+    }
+
+    fn prlimit(
+        &mut self,
+        mem: &mut GuestMemory,
+        pid: u64,
+        resource: u64,
+        new: u64,
+        old: u64,
+    ) -> Result<u64, i32> {
+        if pid != 0 && pid != u64::from(std::process::id()) {
+            return Err(errno::ESRCH);
+        }
+        let resource = u32::try_from(resource)
+            .ok()
+            .filter(|&r| r < 16)
+            .ok_or(errno::EINVAL)?;
+        let (cur, max) = match self.rlimits.iter().find(|(r, _, _)| *r == resource) {
+            Some(&(_, cur, max)) => (cur, max),
+            None => system::host_rlimit(resource),
+        };
+        if new != 0 {
+            let new_cur = mem.load(new, 8).map_err(|_| errno::EFAULT)?;
+            let new_max = mem.load(new + 8, 8).map_err(|_| errno::EFAULT)?;
+            if new_cur > new_max {
+                return Err(errno::EINVAL);
+            }
+            // An unprivileged process cannot raise its hard limit; the guest
+            // keeps its own view, so refuse as Linux would for non-root.
+            if new_max > max && !rustix::process::geteuid().is_root() {
+                return Err(errno::EPERM);
+            }
+        }
+        if old != 0 {
+            mem.store(old, 8, cur).map_err(|_| errno::EFAULT)?;
+            mem.store(old + 8, 8, max).map_err(|_| errno::EFAULT)?;
+        }
+        if new != 0 {
+            let new_cur = mem.load(new, 8).map_err(|_| errno::EFAULT)?;
+            let new_max = mem.load(new + 8, 8).map_err(|_| errno::EFAULT)?;
+            self.rlimits.retain(|(r, _, _)| *r != resource);
+            self.rlimits.push((resource, new_cur, new_max));
+        }
+        Ok(0)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn mmap(
+        &mut self,
+        mem: &mut GuestMemory,
+        addr: u64,
+        len: u64,
+        prot: u64,
+        flags: u64,
+        fd: u64,
+        offset: u64,
+    ) -> Result<u64, i32> {
+        use crate::abi::mman::*;
+        let kind = flags & MAP_TYPE;
+        if kind != MAP_PRIVATE && kind != MAP_SHARED && kind != MAP_SHARED_VALIDATE {
+            return Err(errno::EINVAL);
+        }
+        if prot & !7 != 0 || offset % tcgkit_tcg_core::PAGE_SIZE != 0 {
+            return Err(errno::EINVAL);
+        }
+        let contents = if flags & MAP_ANONYMOUS != 0 {
+            Vec::new()
+        } else {
+            let host = self.fds.get(fd)?;
+            if kind != MAP_PRIVATE && prot & PROT_WRITE != 0 {
+                // A writable shared file mapping would need write-back to the
+                // file; not supported (programs usually fall back to I/O).
+                return Err(errno::ENODEV);
+            }
+            file::read_for_mmap(host, offset, len)?
+        };
+        let (addr, change) = self.space.mmap(mem, addr, len, prot, flags, &contents)?;
+        Ok(self.note(change, addr))
+    }
+
+    fn madvise(
+        &mut self,
+        mem: &mut GuestMemory,
+        addr: u64,
+        len: u64,
+        advice: u64,
+    ) -> Result<u64, i32> {
+        const MADV_DONTNEED: u64 = 4;
+        if addr % tcgkit_tcg_core::PAGE_SIZE != 0 {
+            return Err(errno::EINVAL);
+        }
+        if advice == MADV_DONTNEED && len > 0 {
+            // Private anonymous pages read back as zero after DONTNEED.
+            let len = crate::mm::page_up(len).ok_or(errno::EINVAL)?;
+            if !mem.is_range_mapped(addr, len) {
+                return Err(errno::ENOMEM);
+            }
+            let mut page = addr;
+            while page < addr + len {
+                let perms = mem.perms(page).ok_or(errno::ENOMEM)?;
+                mem.map(page, tcgkit_tcg_core::PAGE_SIZE, perms)
+                    .map_err(|_| errno::ENOMEM)?;
+                page += tcgkit_tcg_core::PAGE_SIZE;
+            }
+        }
+        Ok(0)
+    }
+}
+
+/// Maps a host error to the guest errno (the numbering is shared).
+pub(crate) fn host_errno(e: rustix::io::Errno) -> i32 {
+    e.raw_os_error()
+}
+
+#[cfg(test)]
+mod tests;

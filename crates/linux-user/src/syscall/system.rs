@@ -1,0 +1,291 @@
+//! Time, identity, randomness, limits and futex syscalls.
+
+use std::time::Duration;
+
+use tcgkit_tcg_core::GuestMemory;
+
+use super::host_errno;
+use crate::abi::errno;
+
+type SysResult = Result<u64, i32>;
+
+fn put(mem: &mut GuestMemory, addr: u64, data: &[u8]) -> Result<(), i32> {
+    mem.write(addr, data).map_err(|_| errno::EFAULT)
+}
+
+fn put_timespec(mem: &mut GuestMemory, addr: u64, sec: i64, nsec: i64) -> Result<(), i32> {
+    let mut raw = [0u8; 16];
+    raw[..8].copy_from_slice(&sec.to_le_bytes());
+    raw[8..].copy_from_slice(&nsec.to_le_bytes());
+    put(mem, addr, &raw)
+}
+
+/// A guest `struct timespec`, validated as Linux does.
+fn get_timespec(mem: &mut GuestMemory, addr: u64) -> Result<(i64, i64), i32> {
+    let sec = mem.load(addr, 8).map_err(|_| errno::EFAULT)? as i64;
+    let nsec = mem.load(addr + 8, 8).map_err(|_| errno::EFAULT)? as i64;
+    if sec < 0 || !(0..1_000_000_000).contains(&nsec) {
+        return Err(errno::EINVAL);
+    }
+    Ok((sec, nsec))
+}
+
+fn clock(id: u64) -> Result<rustix::time::ClockId, i32> {
+    use rustix::time::ClockId as C;
+    Ok(match id {
+        0 => C::Realtime,
+        1 => C::Monotonic,
+        2 => C::ProcessCPUTime,
+        3 => C::ThreadCPUTime,
+        4 => C::MonotonicRaw,
+        5 => C::RealtimeCoarse,
+        6 => C::MonotonicCoarse,
+        7 => C::Boottime,
+        _ => return Err(errno::EINVAL),
+    })
+}
+
+fn now(id: u64) -> Result<(i64, i64), i32> {
+    let t = rustix::time::clock_gettime(clock(id)?);
+    Ok((t.tv_sec, t.tv_nsec as i64))
+}
+
+pub(super) fn clock_gettime(mem: &mut GuestMemory, id: u64, tp: u64) -> SysResult {
+    let (sec, nsec) = now(id)?;
+    put_timespec(mem, tp, sec, nsec)?;
+    Ok(0)
+}
+
+pub(super) fn clock_getres(mem: &mut GuestMemory, id: u64, res: u64) -> SysResult {
+    clock(id)?;
+    // Coarse clocks tick with the scheduler (4 ms at HZ=250); the others
+    // are high resolution, as on any modern Linux.
+    let nsec = if matches!(id, 5 | 6) { 4_000_000 } else { 1 };
+    if res != 0 {
+        put_timespec(mem, res, 0, nsec)?;
+    }
+    Ok(0)
+}
+
+pub(super) fn gettimeofday(mem: &mut GuestMemory, tv: u64, tz: u64) -> SysResult {
+    let (sec, nsec) = now(0)?;
+    if tv != 0 {
+        put_timespec(mem, tv, sec, nsec / 1000)?;
+    }
+    if tz != 0 {
+        put(mem, tz, &[0; 8])?;
+    }
+    Ok(0)
+}
+
+fn sleep_for(sec: i64, nsec: i64) {
+    std::thread::sleep(Duration::new(sec as u64, nsec as u32));
+}
+
+pub(super) fn nanosleep(mem: &mut GuestMemory, req: u64, rem: u64) -> SysResult {
+    let (sec, nsec) = get_timespec(mem, req)?;
+    sleep_for(sec, nsec);
+    if rem != 0 {
+        put_timespec(mem, rem, 0, 0)?;
+    }
+    Ok(0)
+}
+
+pub(super) fn clock_nanosleep(
+    mem: &mut GuestMemory,
+    id: u64,
+    flags: u64,
+    req: u64,
+    rem: u64,
+) -> SysResult {
+    const TIMER_ABSTIME: u64 = 1;
+    if matches!(id, 3) {
+        return Err(errno::EINVAL);
+    }
+    let (sec, nsec) = get_timespec(mem, req)?;
+    if flags & TIMER_ABSTIME != 0 {
+        let (now_sec, now_nsec) = now(id)?;
+        let target = i128::from(sec) * 1_000_000_000 + i128::from(nsec);
+        let current = i128::from(now_sec) * 1_000_000_000 + i128::from(now_nsec);
+        if target > current {
+            let wait = (target - current) as u128;
+            std::thread::sleep(Duration::from_nanos(wait.min(u128::from(u64::MAX)) as u64));
+        }
+    } else {
+        sleep_for(sec, nsec);
+        if rem != 0 {
+            put_timespec(mem, rem, 0, 0)?;
+        }
+    }
+    Ok(0)
+}
+
+pub(super) fn uname(mem: &mut GuestMemory, buf: u64) -> SysResult {
+    let host = rustix::system::uname();
+    let fields = [
+        b"Linux".as_slice(),
+        host.nodename().to_bytes(),
+        host.release().to_bytes(),
+        host.version().to_bytes(),
+        b"riscv64".as_slice(),
+        host.domainname().to_bytes(),
+    ];
+    let mut raw = [0u8; 6 * 65];
+    for (i, field) in fields.iter().enumerate() {
+        let n = field.len().min(64);
+        raw[i * 65..i * 65 + n].copy_from_slice(&field[..n]);
+    }
+    put(mem, buf, &raw)?;
+    Ok(0)
+}
+
+pub(super) fn getrandom(mem: &mut GuestMemory, buf: u64, len: u64, flags: u64) -> SysResult {
+    if flags & !7 != 0 {
+        return Err(errno::EINVAL);
+    }
+    // Linux hands out at most 32 MiB - 1 per call.
+    let n = len.min((32 << 20) - 1) as usize;
+    let mut data = vec![0u8; n];
+    let got = rustix::rand::getrandom(
+        &mut data[..],
+        rustix::rand::GetRandomFlags::from_bits_retain(flags as u32),
+    )
+    .map_err(host_errno)?;
+    put(mem, buf, data.get(..got).unwrap_or_default())?;
+    Ok(got as u64)
+}
+
+/// futex for a single-threaded process: nobody else can change the word or
+/// wake a waiter, so WAIT returns `EAGAIN` on a changed word, `ETIMEDOUT`
+/// after its timeout, and otherwise sleeps forever as Linux would; WAKE wakes
+/// nobody.
+pub(super) fn futex(mem: &mut GuestMemory, args: [u64; 6]) -> SysResult {
+    const WAIT: u64 = 0;
+    const WAKE: u64 = 1;
+    const REQUEUE: u64 = 3;
+    const CMP_REQUEUE: u64 = 4;
+    const WAIT_BITSET: u64 = 9;
+    const WAKE_BITSET: u64 = 10;
+    let [uaddr, op, val, timeout, _uaddr2, val3] = args;
+    if uaddr % 4 != 0 {
+        return Err(errno::EINVAL);
+    }
+    match op & 0x7f {
+        cmd @ (WAIT | WAIT_BITSET) => {
+            let current = mem.load(uaddr, 4).map_err(|_| errno::EFAULT)? as u32;
+            if cmd == WAIT_BITSET && val3 as u32 == 0 {
+                return Err(errno::EINVAL);
+            }
+            if current != val as u32 {
+                return Err(errno::EAGAIN);
+            }
+            if timeout == 0 {
+                loop {
+                    std::thread::sleep(Duration::from_secs(3600));
+                }
+            }
+            let (sec, nsec) = get_timespec(mem, timeout)?;
+            if cmd == WAIT {
+                sleep_for(sec, nsec);
+            } else {
+                let clock_id = if op & 256 != 0 { 0 } else { 1 };
+                let (now_sec, now_nsec) = now(clock_id)?;
+                let target = i128::from(sec) * 1_000_000_000 + i128::from(nsec);
+                let current = i128::from(now_sec) * 1_000_000_000 + i128::from(now_nsec);
+                if target > current {
+                    std::thread::sleep(Duration::from_nanos(
+                        ((target - current) as u128).min(u128::from(u64::MAX)) as u64,
+                    ));
+                }
+            }
+            Err(errno::ETIMEDOUT)
+        }
+        WAKE | WAKE_BITSET => Ok(0),
+        REQUEUE => Ok(0),
+        CMP_REQUEUE => {
+            let current = mem.load(uaddr, 4).map_err(|_| errno::EFAULT)? as u32;
+            if current != val3 as u32 {
+                return Err(errno::EAGAIN);
+            }
+            Ok(0)
+        }
+        _ => Err(errno::ENOSYS),
+    }
+}
+
+/// The host's limit for `resource`, as (soft, hard); infinity is `u64::MAX`.
+pub(super) fn host_rlimit(resource: u32) -> (u64, u64) {
+    use rustix::process::Resource as R;
+    let r = match resource {
+        0 => R::Cpu,
+        1 => R::Fsize,
+        2 => R::Data,
+        3 => R::Stack,
+        4 => R::Core,
+        5 => R::Rss,
+        6 => R::Nproc,
+        7 => R::Nofile,
+        8 => R::Memlock,
+        9 => R::As,
+        10 => R::Locks,
+        11 => R::Sigpending,
+        12 => R::Msgqueue,
+        13 => R::Nice,
+        14 => R::Rtprio,
+        _ => R::Rttime,
+    };
+    let limit = rustix::process::getrlimit(r);
+    let cur = limit.current.unwrap_or(u64::MAX);
+    let max = limit.maximum.unwrap_or(u64::MAX);
+    if resource == 7 {
+        // The guest descriptor table holds at most MAX_FDS entries.
+        let cap = crate::fd::MAX_FDS as u64;
+        return (cur.min(cap), max.min(cap));
+    }
+    (cur, max)
+}
+
+#[allow(clippy::unnecessary_cast)] // field types differ between host architectures
+pub(super) fn sysinfo(mem: &mut GuestMemory, info: u64) -> SysResult {
+    let s = rustix::system::sysinfo();
+    let mut raw = [0u8; 112];
+    let words: [(usize, u64); 11] = [
+        (0, s.uptime as u64),
+        (8, s.loads[0] as u64),
+        (16, s.loads[1] as u64),
+        (24, s.loads[2] as u64),
+        (32, s.totalram as u64),
+        (40, s.freeram as u64),
+        (48, s.sharedram as u64),
+        (56, s.bufferram as u64),
+        (64, s.totalswap as u64),
+        (72, s.freeswap as u64),
+        (88, s.totalhigh as u64),
+    ];
+    for (offset, value) in words {
+        raw[offset..offset + 8].copy_from_slice(&value.to_le_bytes());
+    }
+    raw[80..82].copy_from_slice(&(s.procs as u16).to_le_bytes());
+    raw[96..104].copy_from_slice(&(s.freehigh as u64).to_le_bytes());
+    raw[104..108].copy_from_slice(&(s.mem_unit as u32).to_le_bytes());
+    put(mem, info, &raw)?;
+    Ok(0)
+}
+
+pub(super) fn sched_getaffinity(mem: &mut GuestMemory, pid: u64, len: u64, mask: u64) -> SysResult {
+    if pid != 0 && pid != u64::from(std::process::id()) {
+        return Err(errno::ESRCH);
+    }
+    if len < 8 || len % 8 != 0 {
+        return Err(errno::EINVAL);
+    }
+    let set = rustix::thread::sched_getaffinity(None).map_err(host_errno)?;
+    let mut bits = 0u64;
+    for cpu in 0..64 {
+        if set.is_set(cpu) {
+            bits |= 1 << cpu;
+        }
+    }
+    put(mem, mask, &bits.to_le_bytes())?;
+    Ok(8)
+}

@@ -1,0 +1,447 @@
+//! Syscall results and errno values, driven directly through the dispatcher.
+
+use std::path::PathBuf;
+
+use tcgkit_tcg_core::{GuestMemory, PAGE_SIZE, Perms};
+
+use super::{Kernel, Outcome};
+use crate::abi::{AT_FDCWD, errno, nr};
+use crate::fd::{FdTable, MAX_FDS};
+use crate::mm::{AddressSpace, MMAP_BASE};
+use crate::signal::Signal;
+
+/// Scratch memory the tests pass pointers into.
+const BUF: u64 = 0x10_000;
+
+struct Setup {
+    kernel: Kernel,
+    mem: GuestMemory,
+}
+
+impl Setup {
+    fn new() -> Setup {
+        let mut mem = GuestMemory::new();
+        mem.map(BUF, 16 * PAGE_SIZE, Perms::READ | Perms::WRITE)
+            .expect("map");
+        let kernel = Kernel::new(
+            FdTable::empty(MAX_FDS),
+            AddressSpace::new(0x40_000),
+            PathBuf::from("/guest/exe"),
+        );
+        Setup { kernel, mem }
+    }
+
+    fn call(&mut self, number: u64, args: &[u64]) -> Outcome {
+        let mut all = [0u64; 6];
+        all[..args.len()].copy_from_slice(args);
+        self.kernel.syscall(&mut self.mem, number, all)
+    }
+
+    /// The a0 value as a signed result (`-errno` on failure).
+    fn ret(&mut self, number: u64, args: &[u64]) -> i64 {
+        match self.call(number, args) {
+            Outcome::Return(v) => v as i64,
+            other => panic!("syscall {number} did not return: {other:?}"),
+        }
+    }
+
+    fn string(&mut self, addr: u64, s: &str) -> u64 {
+        self.mem.write(addr, s.as_bytes()).expect("write");
+        self.mem.write(addr + s.len() as u64, &[0]).expect("write");
+        addr
+    }
+
+    fn temp_dir(&self) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "tcgkit-syscall-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        dir
+    }
+}
+
+fn neg(e: i32) -> i64 {
+    -i64::from(e)
+}
+
+#[test]
+fn unknown_and_bad_descriptors() {
+    let mut s = Setup::new();
+    assert_eq!(s.ret(4000, &[]), neg(errno::ENOSYS));
+    assert_eq!(s.ret(4000, &[1, 2, 3]), neg(errno::ENOSYS));
+    assert_eq!(s.ret(nr::CLOSE, &[-1i64 as u64]), neg(errno::EBADF));
+    assert_eq!(s.ret(nr::CLOSE, &[1000]), neg(errno::EBADF));
+    assert_eq!(s.ret(nr::READ, &[1000, 0, 0]), neg(errno::EBADF));
+    assert_eq!(s.ret(nr::FSTAT, &[7, BUF]), neg(errno::EBADF));
+    assert_eq!(s.ret(nr::SET_ROBUST_LIST, &[BUF, 24]), neg(errno::ENOSYS));
+}
+
+#[test]
+fn pipe_roundtrip_dup_and_fcntl() {
+    let mut s = Setup::new();
+    assert_eq!(s.ret(nr::PIPE2, &[BUF, 0x80000]), 0);
+    let r = s.mem.load(BUF, 4).expect("fd");
+    let w = s.mem.load(BUF + 4, 4).expect("fd");
+    assert_eq!((r, w), (0, 1), "lowest free numbers");
+    assert_eq!(s.ret(nr::FCNTL, &[r, 1]), 1, "O_CLOEXEC shows in F_GETFD");
+    s.string(BUF + 64, "ping");
+    assert_eq!(s.ret(nr::WRITE, &[w, BUF + 64, 4]), 4);
+    // Reading into an unmapped buffer is EFAULT and consumes nothing.
+    assert_eq!(s.ret(nr::READ, &[r, 0x7000_0000, 4]), neg(errno::EFAULT));
+    assert_eq!(s.ret(nr::READ, &[r, BUF + 128, 16]), 4);
+    assert_eq!(s.mem.read_cstr(BUF + 128, 16).expect("read"), b"ping");
+    let d = s.ret(nr::DUP, &[r]);
+    assert_eq!(d, 2);
+    assert_eq!(
+        s.ret(nr::FCNTL, &[d as u64, 1]),
+        0,
+        "dup clears close-on-exec"
+    );
+    assert_eq!(s.ret(nr::FCNTL, &[d as u64, 2, 1]), 0);
+    assert_eq!(s.ret(nr::FCNTL, &[d as u64, 1]), 1);
+    assert_eq!(
+        s.ret(nr::FCNTL, &[r, 1030, 10]),
+        10,
+        "F_DUPFD_CLOEXEC honours the minimum"
+    );
+    assert_eq!(s.ret(nr::DUP3, &[r, r, 0]), neg(errno::EINVAL));
+    assert_eq!(
+        s.ret(nr::DUP3, &[r, 20, 1]),
+        neg(errno::EINVAL),
+        "bad flags"
+    );
+    assert_eq!(s.ret(nr::DUP3, &[r, 20, 0]), 20);
+    assert_eq!(s.ret(nr::FCNTL, &[r, 999]), neg(errno::EINVAL));
+    assert_eq!(s.ret(nr::LSEEK, &[r, 0, 0]), neg(29), "ESPIPE on a pipe");
+    assert_eq!(
+        s.ret(nr::IOCTL, &[r, 0x5401, BUF]),
+        neg(errno::ENOTTY),
+        "TCGETS on a pipe"
+    );
+    // Closing the read end makes writes fail with SIGPIPE.
+    for fd in [r, d as u64, 10, 20] {
+        assert_eq!(s.ret(nr::CLOSE, &[fd]), 0);
+    }
+    assert_eq!(
+        s.call(nr::WRITE, &[w, BUF + 64, 4]),
+        Outcome::Killed(Signal::PIPE)
+    );
+}
+
+#[test]
+fn files_stat_seek_vectors_and_directories() {
+    let mut s = Setup::new();
+    let dir = s.temp_dir();
+    let file = dir.join("data.txt");
+    let path = s.string(BUF, file.to_str().expect("utf-8"));
+    let fdcwd = AT_FDCWD as i64 as u64;
+    // O_RDWR | O_CREAT | O_EXCL, 0600
+    let fd = s.ret(nr::OPENAT, &[fdcwd, path, 0xc2, 0o600]);
+    assert_eq!(fd, 0);
+    let fd = fd as u64;
+    assert_eq!(
+        s.ret(nr::OPENAT, &[fdcwd, path, 0xc2, 0o600]),
+        neg(errno::EEXIST)
+    );
+    // writev of two pieces.
+    s.string(BUF + 0x800, "hello, ");
+    s.string(BUF + 0x900, "world\n");
+    for (i, (base, len)) in [(BUF + 0x800, 7u64), (BUF + 0x900, 6)].iter().enumerate() {
+        s.mem
+            .store(BUF + 0x400 + 16 * i as u64, 8, *base)
+            .expect("iov");
+        s.mem
+            .store(BUF + 0x408 + 16 * i as u64, 8, *len)
+            .expect("iov");
+    }
+    assert_eq!(s.ret(nr::WRITEV, &[fd, BUF + 0x400, 2]), 13);
+    assert_eq!(
+        s.ret(nr::WRITEV, &[fd, BUF + 0x400, 5000]),
+        neg(errno::EINVAL)
+    );
+    assert_eq!(s.ret(nr::PWRITE64, &[fd, BUF + 0x900, 5, 7]), 5);
+    assert_eq!(s.ret(nr::LSEEK, &[fd, 0, 2]), 13);
+    assert_eq!(s.ret(nr::LSEEK, &[fd, -1i64 as u64, 0]), neg(errno::EINVAL));
+    assert_eq!(s.ret(nr::LSEEK, &[fd, 0, 42]), neg(errno::EINVAL));
+    assert_eq!(s.ret(nr::PREAD64, &[fd, BUF + 0xa00, 100, 0]), 13);
+    assert_eq!(
+        s.mem.read_cstr(BUF + 0xa00, 13).expect("read"),
+        b"hello, world\n"
+    );
+    // fstat: size at offset 48, mode at 16 (asm-generic layout).
+    assert_eq!(s.ret(nr::FSTAT, &[fd, BUF + 0xc00]), 0);
+    assert_eq!(s.mem.load(BUF + 0xc00 + 48, 8), Ok(13));
+    assert_eq!(s.mem.load(BUF + 0xc00 + 16, 4), Ok(0o100600));
+    // newfstatat with AT_EMPTY_PATH on the descriptor agrees.
+    let empty = s.string(BUF + 0xb00, "");
+    assert_eq!(s.ret(nr::NEWFSTATAT, &[fd, empty, BUF + 0xd00, 0x1000]), 0);
+    assert_eq!(s.mem.load(BUF + 0xd00 + 48, 8), Ok(13));
+    assert_eq!(
+        s.ret(nr::NEWFSTATAT, &[fdcwd, path, BUF + 0xd00, 0x4000_0000]),
+        neg(errno::EINVAL)
+    );
+    assert_eq!(s.ret(nr::FCNTL, &[fd, 3]) & 3, 2, "F_GETFL has O_RDWR");
+    assert_eq!(s.ret(nr::FTRUNCATE, &[fd, 5]), 0);
+    assert_eq!(s.ret(nr::FSYNC, &[fd]), 0);
+    // Record locks of one process never conflict with each other.
+    s.mem.write(BUF + 0xe00, &[0; 32]).expect("flock");
+    s.mem.store(BUF + 0xe00, 2, 1).expect("F_WRLCK");
+    assert_eq!(s.ret(nr::FCNTL, &[fd, 6, BUF + 0xe00]), 0);
+    assert_eq!(s.ret(nr::FCNTL, &[fd, 5, BUF + 0xe00]), 0);
+    assert_eq!(s.mem.load(BUF + 0xe00, 2), Ok(2), "F_GETLK says F_UNLCK");
+    assert_eq!(s.ret(nr::CLOSE, &[fd]), 0);
+    // access, directory listing, rename, unlink.
+    assert_eq!(s.ret(nr::FACCESSAT, &[fdcwd, path, 4]), 0);
+    assert_eq!(s.ret(nr::FACCESSAT, &[fdcwd, path, 8]), neg(errno::EINVAL));
+    let dpath = s.string(BUF + 0x1000, dir.to_str().expect("utf-8"));
+    let dfd = s.ret(nr::OPENAT, &[fdcwd, dpath, 0x10000, 0]) as u64;
+    assert_eq!(
+        s.ret(nr::GETDENTS64, &[dfd, BUF + 0x2000, 4]),
+        neg(errno::EINVAL),
+        "buffer too small"
+    );
+    let n = s.ret(nr::GETDENTS64, &[dfd, BUF + 0x2000, 4096]);
+    assert!(n > 0);
+    let mut names = Vec::new();
+    let mut at = 0u64;
+    while at < n as u64 {
+        let reclen = s.mem.load(BUF + 0x2000 + at + 16, 2).expect("reclen");
+        assert_eq!(reclen % 8, 0);
+        let name = s.mem.read_cstr(BUF + 0x2000 + at + 19, 256).expect("name");
+        names.push(String::from_utf8(name).expect("utf-8"));
+        at += reclen;
+    }
+    names.sort();
+    assert_eq!(names, [".", "..", "data.txt"]);
+    assert_eq!(
+        s.ret(nr::GETDENTS64, &[dfd, BUF + 0x2000, 4096]),
+        0,
+        "end of directory"
+    );
+    let renamed = s.string(BUF + 0x3000, "renamed.txt");
+    assert_eq!(s.ret(nr::RENAMEAT, &[fdcwd, path, dfd, renamed]), 0);
+    assert_eq!(s.ret(nr::UNLINKAT, &[fdcwd, path, 0]), neg(errno::ENOENT));
+    assert_eq!(s.ret(nr::UNLINKAT, &[dfd, renamed, 0]), 0);
+    let sub = s.string(BUF + 0x3100, "sub");
+    assert_eq!(s.ret(nr::MKDIRAT, &[dfd, sub, 0o755]), 0);
+    assert_eq!(s.ret(nr::MKDIRAT, &[dfd, sub, 0o755]), neg(errno::EEXIST));
+    assert_eq!(s.ret(nr::UNLINKAT, &[dfd, sub, 0x200]), 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn paths_and_identity() {
+    let mut s = Setup::new();
+    let fdcwd = AT_FDCWD as i64 as u64;
+    let exe = s.string(BUF, "/proc/self/exe");
+    assert_eq!(s.ret(nr::READLINKAT, &[fdcwd, exe, BUF + 0x100, 4096]), 10);
+    assert_eq!(
+        s.mem.read_cstr(BUF + 0x100, 10).expect("read"),
+        b"/guest/exe"
+    );
+    assert_eq!(
+        s.ret(nr::READLINKAT, &[fdcwd, exe, BUF + 0x100, 0]),
+        neg(errno::EINVAL)
+    );
+    let missing = s.string(BUF + 0x200, "/nonexistent/tcgkit");
+    assert_eq!(
+        s.ret(nr::OPENAT, &[fdcwd, missing, 0, 0]),
+        neg(errno::ENOENT)
+    );
+    assert_eq!(
+        s.ret(nr::OPENAT, &[fdcwd, 0x7000_0000, 0, 0]),
+        neg(errno::EFAULT)
+    );
+    let cwd = std::env::current_dir().expect("cwd");
+    let len = cwd.as_os_str().len() as i64 + 1;
+    assert_eq!(s.ret(nr::GETCWD, &[BUF + 0x300, 4096]), len);
+    assert_eq!(s.ret(nr::GETCWD, &[BUF + 0x300, 1]), neg(errno::ERANGE));
+    assert_eq!(s.ret(nr::UNAME, &[BUF + 0x800]), 0);
+    assert_eq!(s.mem.read_cstr(BUF + 0x800, 65).expect("sysname"), b"Linux");
+    assert_eq!(
+        s.mem.read_cstr(BUF + 0x800 + 4 * 65, 65).expect("machine"),
+        b"riscv64"
+    );
+    assert_eq!(s.ret(nr::UNAME, &[0x7000_0000]), neg(errno::EFAULT));
+    let pid = i64::from(std::process::id());
+    assert_eq!(s.ret(nr::GETPID, &[]), pid);
+    assert_eq!(s.ret(nr::GETTID, &[]), pid);
+    assert_eq!(s.ret(nr::SET_TID_ADDRESS, &[BUF]), pid);
+    assert_eq!(
+        s.ret(nr::GETUID, &[]),
+        i64::from(rustix::process::getuid().as_raw())
+    );
+    assert_eq!(s.ret(nr::GETRANDOM, &[BUF, 16, 0]), 16);
+    assert_eq!(s.ret(nr::GETRANDOM, &[BUF, 16, 8]), neg(errno::EINVAL));
+    assert_eq!(s.ret(nr::CLOCK_GETTIME, &[1, BUF]), 0);
+    assert_eq!(s.ret(nr::CLOCK_GETTIME, &[99, BUF]), neg(errno::EINVAL));
+    assert_eq!(
+        s.ret(nr::CLOCK_GETTIME, &[0, 0x7000_0000]),
+        neg(errno::EFAULT)
+    );
+    let sec = s.mem.load(BUF, 8).expect("sec");
+    let nsec = s.mem.load(BUF + 8, 8).expect("nsec");
+    assert!(sec > 0 && nsec < 1_000_000_000, "{sec}.{nsec}");
+    // nanosleep validates its timespec.
+    s.mem.store(BUF, 8, 0).expect("sec");
+    s.mem.store(BUF + 8, 8, 2_000_000_000).expect("nsec");
+    assert_eq!(s.ret(nr::NANOSLEEP, &[BUF, 0]), neg(errno::EINVAL));
+    s.mem.store(BUF + 8, 8, 1000).expect("nsec");
+    assert_eq!(s.ret(nr::NANOSLEEP, &[BUF, 0]), 0);
+    assert_eq!(s.ret(nr::SYSINFO, &[BUF]), 0);
+    assert!(s.mem.load(BUF + 32, 8).expect("totalram") > 0);
+    assert_eq!(s.ret(nr::SCHED_GETAFFINITY, &[0, 8, BUF]), 8);
+    assert_ne!(s.mem.load(BUF, 8), Ok(0));
+    assert_eq!(
+        s.ret(nr::SCHED_GETAFFINITY, &[0, 3, BUF]),
+        neg(errno::EINVAL)
+    );
+}
+
+#[test]
+fn limits_signals_and_futex() {
+    let mut s = Setup::new();
+    assert_eq!(s.ret(nr::PRLIMIT64, &[0, 7, 0, BUF]), 0);
+    let (cur, max) = (
+        s.mem.load(BUF, 8).expect("cur"),
+        s.mem.load(BUF + 8, 8).expect("max"),
+    );
+    assert!(cur <= MAX_FDS as u64 && cur <= max);
+    // Lowering the soft limit is remembered.
+    s.mem.store(BUF + 16, 8, 64).expect("cur");
+    s.mem.store(BUF + 24, 8, max).expect("max");
+    assert_eq!(s.ret(nr::SETRLIMIT, &[7, BUF + 16]), 0);
+    assert_eq!(s.ret(nr::GETRLIMIT, &[7, BUF]), 0);
+    assert_eq!(s.mem.load(BUF, 8), Ok(64));
+    s.mem.store(BUF + 16, 8, max + 1).expect("cur > max");
+    assert_eq!(s.ret(nr::SETRLIMIT, &[7, BUF + 16]), neg(errno::EINVAL));
+    assert_eq!(s.ret(nr::PRLIMIT64, &[0, 99, 0, BUF]), neg(errno::EINVAL));
+
+    // Signal bookkeeping: masks and dispositions.
+    s.mem.store(BUF, 8, 1 << 9).expect("set");
+    assert_eq!(s.ret(nr::RT_SIGPROCMASK, &[0, BUF, BUF + 8, 8]), 0);
+    assert_eq!(s.ret(nr::RT_SIGPROCMASK, &[0, 0, BUF + 8, 8]), 0);
+    assert_eq!(s.mem.load(BUF + 8, 8), Ok(1 << 9));
+    assert_eq!(
+        s.ret(nr::RT_SIGPROCMASK, &[7, BUF, 0, 8]),
+        neg(errno::EINVAL)
+    );
+    assert_eq!(
+        s.ret(nr::RT_SIGPROCMASK, &[0, BUF, 0, 4]),
+        neg(errno::EINVAL)
+    );
+    let pid = u64::from(std::process::id());
+    // SIGUSR1 is blocked: dropped, not fatal. SIGTERM is fatal.
+    assert_eq!(s.call(nr::TGKILL, &[pid, pid, 10]), Outcome::Return(0));
+    assert_eq!(s.call(nr::TGKILL, &[pid, pid, 0]), Outcome::Return(0));
+    assert_eq!(s.call(nr::KILL, &[pid, 15]), Outcome::Killed(Signal::TERM));
+    assert_eq!(
+        s.call(nr::KILL, &[pid + 1, 15]),
+        Outcome::Return(neg(errno::ESRCH) as u64)
+    );
+    assert_eq!(
+        s.call(nr::KILL, &[pid, 65]),
+        Outcome::Return(neg(errno::EINVAL) as u64)
+    );
+    // SIG_IGN for SIGABRT makes raise(SIGABRT) return; SIG_DFL again kills.
+    let mut act = [0u8; 32];
+    act[0] = 1;
+    s.mem.write(BUF + 64, &act).expect("act");
+    assert_eq!(s.ret(nr::RT_SIGACTION, &[6, BUF + 64, 0, 8]), 0);
+    assert_eq!(s.call(nr::TGKILL, &[pid, pid, 6]), Outcome::Return(0));
+    assert_eq!(s.ret(nr::RT_SIGACTION, &[6, 0, BUF + 128, 8]), 0);
+    assert_eq!(s.mem.load(BUF + 128, 8), Ok(1));
+    s.mem.write(BUF + 64, &[0; 32]).expect("act");
+    assert_eq!(s.ret(nr::RT_SIGACTION, &[6, BUF + 64, 0, 8]), 0);
+    assert_eq!(
+        s.call(nr::TGKILL, &[pid, pid, 6]),
+        Outcome::Killed(Signal::ABRT)
+    );
+    assert_eq!(
+        s.ret(nr::RT_SIGACTION, &[9, BUF + 64, 0, 8]),
+        neg(errno::EINVAL)
+    );
+    assert_eq!(s.ret(nr::RT_SIGACTION, &[0, 0, 0, 8]), neg(errno::EINVAL));
+    assert_eq!(s.call(nr::EXIT_GROUP, &[3]), Outcome::Exit(3));
+
+    // futex with one thread.
+    s.mem.store(BUF + 256, 4, 5).expect("word");
+    assert_eq!(s.ret(nr::FUTEX, &[BUF + 256, 0, 6, 0]), neg(errno::EAGAIN));
+    s.mem.store(BUF + 300, 8, 0).expect("timeout");
+    s.mem.store(BUF + 308, 8, 1000).expect("timeout");
+    assert_eq!(
+        s.ret(nr::FUTEX, &[BUF + 256, 0x80, 5, BUF + 300]),
+        neg(errno::ETIMEDOUT)
+    );
+    assert_eq!(s.ret(nr::FUTEX, &[BUF + 256, 1, 1]), 0, "wakes nobody");
+    assert_eq!(
+        s.ret(nr::FUTEX, &[BUF + 258, 1, 1]),
+        neg(errno::EINVAL),
+        "misaligned"
+    );
+    assert_eq!(
+        s.ret(nr::FUTEX, &[0x7000_0000, 0, 1, 0]),
+        neg(errno::EFAULT)
+    );
+}
+
+#[test]
+fn memory_syscalls() {
+    let mut s = Setup::new();
+    assert_eq!(s.ret(nr::BRK, &[0]), 0x40_000);
+    assert_eq!(s.ret(nr::BRK, &[0x48_000]), 0x48_000);
+    // mmap: anonymous, placed in the mmap area, zeroed.
+    let a = s.ret(nr::MMAP, &[0, 8192, 3, 0x22, -1i64 as u64, 0]);
+    assert_eq!(a as u64, MMAP_BASE);
+    assert_eq!(s.mem.load(a as u64, 8), Ok(0));
+    assert_eq!(
+        s.ret(nr::MMAP, &[0, 4096, 3, 0x02, 99, 0]),
+        neg(errno::EBADF)
+    );
+    assert_eq!(
+        s.ret(nr::MMAP, &[0, 4096, 3, 0x00, -1i64 as u64, 0]),
+        neg(errno::EINVAL),
+        "no map type"
+    );
+    assert_eq!(
+        s.ret(nr::MMAP, &[0, 4096, 3, 0x22, -1i64 as u64, 1]),
+        neg(errno::EINVAL),
+        "unaligned offset"
+    );
+    assert_eq!(s.ret(nr::MPROTECT, &[a as u64, 4096, 1]), 0);
+    assert!(s.mem.store(a as u64, 1, 1).is_err());
+    assert_eq!(
+        s.kernel.code_changes.last(),
+        Some(&(a as u64, 4096)),
+        "engine is told"
+    );
+    assert_eq!(
+        s.ret(nr::MPROTECT, &[a as u64 + 1, 4096, 1]),
+        neg(errno::EINVAL)
+    );
+    assert_eq!(s.ret(nr::MUNMAP, &[a as u64, 8192]), 0);
+    assert_eq!(
+        s.ret(nr::MPROTECT, &[a as u64, 4096, 1]),
+        neg(errno::ENOMEM)
+    );
+    // MADV_DONTNEED zeroes private anonymous pages.
+    s.mem.store(BUF, 8, 77).expect("store");
+    assert_eq!(s.ret(nr::MADVISE, &[BUF, 4096, 4]), 0);
+    assert_eq!(s.mem.load(BUF, 8), Ok(0));
+    // A file-backed private mapping sees the file's bytes.
+    let dir = s.temp_dir();
+    let file = dir.join("mapped");
+    std::fs::write(&file, b"mapped contents").expect("write");
+    let path = s.string(BUF + 0x100, file.to_str().expect("utf-8"));
+    let fd = s.ret(nr::OPENAT, &[AT_FDCWD as i64 as u64, path, 0, 0]) as u64;
+    let m = s.ret(nr::MMAP, &[0, 4096, 1, 0x02, fd, 0]) as u64;
+    assert_eq!(s.mem.read_cstr(m, 64).expect("read"), b"mapped contents");
+    assert_eq!(
+        s.ret(nr::MMAP, &[0, 4096, 3, 0x01, fd, 0]),
+        neg(errno::ENODEV),
+        "shared writable"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

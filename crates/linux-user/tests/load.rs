@@ -1,0 +1,201 @@
+//! Loading: the initial stack and auxiliary vector read back from guest
+//! memory, and clear errors (never panics) for files that cannot run.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use tcgkit_linux_user::{GuestExit, LoadError, Process, abi::auxv::*};
+use tcgkit_tcg_core::GuestMemory;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/guests")
+        .join(name)
+}
+
+fn word(mem: &mut GuestMemory, addr: u64) -> u64 {
+    mem.load(addr, 8).expect("stack word is readable")
+}
+
+fn cstr(mem: &mut GuestMemory, addr: u64) -> String {
+    String::from_utf8(mem.read_cstr(addr, 4096).expect("string is readable")).expect("utf-8")
+}
+
+fn os(items: &[&str]) -> Vec<OsString> {
+    items.iter().map(OsString::from).collect()
+}
+
+#[test]
+fn stack_holds_argc_argv_envp_and_auxv_like_linux() {
+    let path = fixture("integer");
+    let args = os(&["integer", "-v", "two words", ""]);
+    let env = os(&["A=1", "TCGKIT=yes"]);
+    let mut process = Process::load(&path, &args, &env).expect("load");
+    let sp = process.initial_stack_pointer();
+    assert_eq!(sp % 16, 0, "sp is 16-byte aligned");
+    assert_eq!(process.cpu().x(2), sp);
+    let entry_pc = process.cpu().pc();
+    let mem = process.memory();
+
+    assert_eq!(word(mem, sp), 4, "argc");
+    let mut at = sp + 8;
+    for expected in ["integer", "-v", "two words", ""] {
+        let ptr = word(mem, at);
+        assert_eq!(cstr(mem, ptr), expected);
+        at += 8;
+    }
+    assert_eq!(word(mem, at), 0, "argv ends with NULL");
+    at += 8;
+    for expected in ["A=1", "TCGKIT=yes"] {
+        let ptr = word(mem, at);
+        assert_eq!(cstr(mem, ptr), expected);
+        at += 8;
+    }
+    assert_eq!(word(mem, at), 0, "envp ends with NULL");
+    at += 8;
+
+    let mut auxv = Vec::new();
+    loop {
+        let (key, value) = (word(mem, at), word(mem, at + 8));
+        at += 16;
+        if key == AT_NULL {
+            break;
+        }
+        auxv.push((key, value));
+        assert!(auxv.len() < 64, "auxv is terminated");
+    }
+    let keys: Vec<u64> = auxv.iter().map(|p| p.0).collect();
+    assert_eq!(
+        keys,
+        [
+            AT_PHDR, AT_PHENT, AT_PHNUM, AT_PAGESZ, AT_BASE, AT_FLAGS, AT_ENTRY, AT_UID, AT_EUID,
+            AT_GID, AT_EGID, AT_HWCAP, AT_CLKTCK, AT_RANDOM, AT_SECURE, AT_EXECFN
+        ],
+        "qemu-riscv64's order"
+    );
+    let get = |k: u64| {
+        auxv.iter()
+            .find(|p| p.0 == k)
+            .map(|p| p.1)
+            .expect("key present")
+    };
+    assert_eq!(get(AT_PAGESZ), 4096);
+    assert_eq!(get(AT_PHENT), 56);
+    assert_eq!(get(AT_HWCAP), 0x112d, "IMAFDC");
+    assert_eq!(get(AT_CLKTCK), 100);
+    assert_eq!(get(AT_BASE), 0);
+    assert_eq!(get(AT_ENTRY), entry_pc);
+    assert_eq!(
+        cstr(mem, get(AT_EXECFN)),
+        path.to_str().expect("utf-8 path")
+    );
+    // AT_PHDR points at the program headers: the first PT_LOAD is among them.
+    let phdr = get(AT_PHDR);
+    let types: Vec<u64> = (0..get(AT_PHNUM))
+        .map(|i| mem.load(phdr + i * 56, 4).expect("phdr"))
+        .collect();
+    assert!(
+        types.contains(&1),
+        "PT_LOAD visible through AT_PHDR: {types:?}"
+    );
+    // AT_RANDOM: 16 readable bytes on the stack, above the tables.
+    let random = get(AT_RANDOM);
+    assert!(random > at);
+    let mut bytes = [0u8; 16];
+    mem.read(random, &mut bytes).expect("random bytes");
+    // Strings sit above the tables, below the stack top.
+    assert!(word(mem, sp + 8) > random);
+}
+
+#[test]
+fn entry_point_and_segments_are_mapped_with_their_permissions() {
+    let mut process = Process::load(&fixture("faults"), &os(&["faults"]), &[]).expect("load");
+    let pc = process.cpu().pc();
+    let mem = process.memory();
+    let perms = mem.perms(pc).expect("entry is mapped");
+    assert!(perms.contains(tcgkit_tcg_core::Perms::EXEC));
+    assert!(
+        !perms.contains(tcgkit_tcg_core::Perms::WRITE),
+        "text is not writable"
+    );
+    assert!(mem.store(pc, 4, 0).is_err());
+    // Nothing is mapped at page zero: a NULL access faults.
+    assert!(mem.load(0, 8).is_err());
+}
+
+#[test]
+fn exit_statuses_and_fatal_signals() {
+    let run = |arg: &str| {
+        let mut p = Process::load(&fixture("faults"), &os(&["faults", arg]), &[]).expect("load");
+        p.run()
+    };
+    assert_eq!(run("exit=42"), GuestExit::Exited(42));
+    assert_eq!(
+        run("exit=300"),
+        GuestExit::Exited(44),
+        "status is taken modulo 256"
+    );
+    let segv = run("segv");
+    assert_eq!(segv.shell_status(), 139);
+    assert_eq!(
+        segv.uncaught_signal_message("tcgkit").as_deref(),
+        Some("tcgkit: uncaught target signal 11 (Segmentation fault) - core dumped")
+    );
+    assert_eq!(run("ill").shell_status(), 132);
+    assert_eq!(run("ebreak").shell_status(), 133);
+    assert_eq!(run("abort").shell_status(), 134);
+    assert_eq!(run("misaligned-amo").shell_status(), 135);
+}
+
+#[test]
+fn files_that_cannot_run_get_clear_errors() {
+    let dir = std::env::temp_dir().join(format!("tcgkit-load-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let write = |name: &str, bytes: &[u8]| {
+        let p = dir.join(name);
+        std::fs::write(&p, bytes).expect("write");
+        p
+    };
+    let args = os(&["x"]);
+
+    let missing = Process::load(&dir.join("missing"), &args, &[]).expect_err("missing file");
+    assert!(matches!(missing, LoadError::Image(_)), "{missing}");
+
+    let text = write("text", b"#!/bin/sh\necho hi\n");
+    assert!(Process::load(&text, &args, &[]).is_err());
+
+    let original = std::fs::read(fixture("faults")).expect("fixture");
+    let mut x86 = original.clone();
+    x86[18] = 62; // e_machine = EM_X86_64
+    x86[19] = 0;
+    let err = Process::load(&write("x86", &x86), &args, &[]).expect_err("wrong machine");
+    assert!(
+        matches!(err, LoadError::WrongArchitecture { machine: 62 }),
+        "{err}"
+    );
+
+    let truncated = write("truncated", &original[..300]);
+    let err = Process::load(&truncated, &args, &[]).expect_err("truncated");
+    assert!(!err.to_string().is_empty());
+
+    // Arbitrary corruption of the headers: an error or a runnable image,
+    // never a panic.
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    for round in 0..300 {
+        let mut bytes = original[..4096.min(original.len())].to_vec();
+        for _ in 0..1 + round % 8 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let at = (seed % 256) as usize;
+            bytes[at] = (seed >> 32) as u8;
+        }
+        let p = write("fuzz", &bytes);
+        let _ = Process::load(&p, &args, &[]);
+    }
+
+    let huge_args = vec![OsString::from("a".repeat(1 << 20)); 4];
+    let err = Process::load(&fixture("faults"), &huge_args, &[]).expect_err("too large");
+    assert!(matches!(err, LoadError::ArgumentsTooLarge { .. }), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

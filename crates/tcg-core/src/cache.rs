@@ -1,0 +1,356 @@
+//! One generation of the block cache: every translated block, its
+//! pre-decoded ops and its compiled instrumentation, in flat typed arenas.
+//!
+//! All storage of a generation is a handful of vectors and hash tables of
+//! `Copy` data (plus one vector of callback handles), so a generation is
+//! retired by moving it and freed by dropping a few allocations, however many
+//! blocks it holds. Blocks are addressed by `u32` index, which the per-vCPU
+//! jump caches store together with the generation id.
+
+use std::sync::Arc;
+
+use hashbrown::HashMap;
+
+use crate::instrument::{
+    Action, Compare, InlineKind, InsnCallback, MemAction, MemCallback, MemFilter, Scoreboard, TbPlan,
+};
+
+/// Marks "no entry" in `u32` links.
+pub(crate) const NONE: u32 = u32::MAX;
+
+/// A pre-decoded op and the length of its instruction.
+#[derive(Clone, Copy)]
+pub(crate) struct TbOp<Op> {
+    pub(crate) op: Op,
+    pub(crate) len: u8,
+}
+
+/// Header of one translation block.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TbHeader {
+    pub(crate) pc: u64,
+    pub(crate) flags: u32,
+    /// Guest code size in bytes.
+    pub(crate) size: u32,
+    /// First op in `Generation::ops` (and raw encoding in `raws`).
+    pub(crate) ops_start: u32,
+    pub(crate) insn_count: u32,
+    /// First entry in `Generation::insn_instr`, `NONE` if uninstrumented.
+    pub(crate) instr_start: u32,
+    /// Block-entry actions in `Generation::actions`.
+    pub(crate) entry_start: u32,
+    pub(crate) entry_len: u32,
+    /// Set by range invalidation; the block is unreachable afterwards.
+    pub(crate) dead: bool,
+}
+
+impl TbHeader {
+    pub(crate) fn overlaps(&self, start: u64, end: u64) -> bool {
+        let tb_end = self.pc.saturating_add(u64::from(self.size));
+        self.pc < end && start < tb_end
+    }
+}
+
+/// Compiled per-instruction (or block-entry) action; callbacks and
+/// scoreboards are referenced by index into the generation's tables.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum CompiledAction {
+    Call { cb: u32 },
+    Inline { board: u32, slot: u32, kind: InlineKind },
+    Conditional { cb: u32, board: u32, slot: u32, compare: Compare, value: u64 },
+}
+
+/// Compiled memory action.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum CompiledMemKind {
+    Call { cb: u32 },
+    Inline { board: u32, slot: u32, kind: InlineKind },
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CompiledMem {
+    pub(crate) filter: MemFilter,
+    pub(crate) kind: CompiledMemKind,
+}
+
+/// Ranges of one instruction's actions.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct InsnInstr {
+    pub(crate) exec_start: u32,
+    pub(crate) exec_len: u32,
+    pub(crate) mem_start: u32,
+    pub(crate) mem_len: u32,
+}
+
+/// Link in a per-page list of blocks overlapping that page.
+#[derive(Clone, Copy)]
+struct PageLink {
+    tb: u32,
+    next: u32,
+}
+
+/// One cache generation.
+pub(crate) struct Generation<Op> {
+    pub(crate) id: u64,
+    pub(crate) tbs: Vec<TbHeader>,
+    pub(crate) ops: Vec<TbOp<Op>>,
+    pub(crate) raws: Vec<u32>,
+    index: HashMap<(u64, u32), u32>,
+    /// Guest page number -> head of its `PageLink` list.
+    page_heads: HashMap<u64, u32>,
+    page_links: Vec<PageLink>,
+    pub(crate) insn_instr: Vec<InsnInstr>,
+    pub(crate) actions: Vec<CompiledAction>,
+    pub(crate) mem_actions: Vec<CompiledMem>,
+    // The only non-`Copy` contents: dropped with the generation, i.e. only
+    // once no vCPU can be executing one of its blocks.
+    pub(crate) callbacks: Vec<InsnCallback>,
+    pub(crate) mem_callbacks: Vec<MemCallback>,
+    pub(crate) boards: Vec<Arc<Scoreboard>>,
+    /// Dedup tables: pointer identity -> index.
+    callback_ids: HashMap<usize, u32>,
+    mem_callback_ids: HashMap<usize, u32>,
+    board_ids: HashMap<usize, u32>,
+    pub(crate) dead_tbs: usize,
+}
+
+fn arc_key<T: ?Sized>(arc: &Arc<T>) -> usize {
+    Arc::as_ptr(arc).cast::<()>() as usize
+}
+
+fn idx(len: usize) -> u32 {
+    u32::try_from(len).unwrap_or(NONE)
+}
+
+impl<Op: Copy> Generation<Op> {
+    /// An empty generation; allocates nothing, so retiring and replacing the
+    /// current generation is O(1).
+    pub(crate) fn new(id: u64) -> Self {
+        Generation {
+            id,
+            tbs: Vec::new(),
+            ops: Vec::new(),
+            raws: Vec::new(),
+            index: HashMap::new(),
+            page_heads: HashMap::new(),
+            page_links: Vec::new(),
+            insn_instr: Vec::new(),
+            actions: Vec::new(),
+            mem_actions: Vec::new(),
+            callbacks: Vec::new(),
+            mem_callbacks: Vec::new(),
+            boards: Vec::new(),
+            callback_ids: HashMap::new(),
+            mem_callback_ids: HashMap::new(),
+            board_ids: HashMap::new(),
+            dead_tbs: 0,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn lookup(&self, pc: u64, flags: u32) -> Option<u32> {
+        self.index.get(&(pc, flags)).copied()
+    }
+
+    pub(crate) fn live_tbs(&self) -> usize {
+        self.tbs.len() - self.dead_tbs
+    }
+
+    /// Approximate heap bytes held by this generation.
+    pub(crate) fn bytes(&self) -> usize {
+        use std::mem::size_of;
+        let table = |cap: usize, entry: usize| cap * (entry + 1);
+        self.tbs.capacity() * size_of::<TbHeader>()
+            + self.ops.capacity() * size_of::<TbOp<Op>>()
+            + self.raws.capacity() * 4
+            + table(self.index.capacity(), size_of::<((u64, u32), u32)>())
+            + table(self.page_heads.capacity(), size_of::<(u64, u32)>())
+            + self.page_links.capacity() * size_of::<PageLink>()
+            + self.insn_instr.capacity() * size_of::<InsnInstr>()
+            + self.actions.capacity() * size_of::<CompiledAction>()
+            + self.mem_actions.capacity() * size_of::<CompiledMem>()
+            + (self.callbacks.capacity() + self.mem_callbacks.capacity() + self.boards.capacity()) * 16
+    }
+
+    /// Adds a block; returns its index. `ops` and `raws` are parallel.
+    pub(crate) fn insert(
+        &mut self,
+        pc: u64,
+        flags: u32,
+        size: u32,
+        ops: &[TbOp<Op>],
+        raws: &[u32],
+        plan: Option<&TbPlan>,
+    ) -> u32 {
+        let id = idx(self.tbs.len());
+        let ops_start = idx(self.ops.len());
+        self.ops.extend_from_slice(ops);
+        self.raws.extend_from_slice(raws);
+        let (instr_start, entry_start, entry_len) = match plan {
+            Some(plan) => self.compile(plan),
+            None => (NONE, 0, 0),
+        };
+        self.tbs.push(TbHeader {
+            pc,
+            flags,
+            size,
+            ops_start,
+            insn_count: idx(ops.len()),
+            instr_start,
+            entry_start,
+            entry_len,
+            dead: false,
+        });
+        if let Some(old) = self.index.insert((pc, flags), id) {
+            // Only reachable if a caller translated a block already cached;
+            // the older copy becomes unreachable.
+            self.kill(old);
+        }
+        if size > 0 {
+            let first = pc >> 12;
+            let last = pc.saturating_add(u64::from(size) - 1) >> 12;
+            for page in first..=last {
+                let head = self.page_heads.entry(page).or_insert(NONE);
+                self.page_links.push(PageLink { tb: id, next: *head });
+                *head = idx(self.page_links.len() - 1);
+            }
+        }
+        id
+    }
+
+    fn callback_index(&mut self, cb: &InsnCallback) -> u32 {
+        let key = arc_key(cb);
+        if let Some(&i) = self.callback_ids.get(&key) {
+            return i;
+        }
+        let i = idx(self.callbacks.len());
+        self.callbacks.push(Arc::clone(cb));
+        self.callback_ids.insert(key, i);
+        i
+    }
+
+    fn mem_callback_index(&mut self, cb: &MemCallback) -> u32 {
+        let key = arc_key(cb);
+        if let Some(&i) = self.mem_callback_ids.get(&key) {
+            return i;
+        }
+        let i = idx(self.mem_callbacks.len());
+        self.mem_callbacks.push(Arc::clone(cb));
+        self.mem_callback_ids.insert(key, i);
+        i
+    }
+
+    fn board_index(&mut self, board: &Arc<Scoreboard>) -> u32 {
+        let key = arc_key(board);
+        if let Some(&i) = self.board_ids.get(&key) {
+            return i;
+        }
+        let i = idx(self.boards.len());
+        self.boards.push(Arc::clone(board));
+        self.board_ids.insert(key, i);
+        i
+    }
+
+    fn compile_action(&mut self, action: &Action) -> CompiledAction {
+        match action {
+            Action::Callback(cb) => CompiledAction::Call { cb: self.callback_index(cb) },
+            Action::Inline(op) => CompiledAction::Inline {
+                board: self.board_index(&op.board),
+                slot: idx(op.slot),
+                kind: op.kind,
+            },
+            Action::Conditional(cond, cb) => CompiledAction::Conditional {
+                cb: self.callback_index(cb),
+                board: self.board_index(&cond.board),
+                slot: idx(cond.slot),
+                compare: cond.compare,
+                value: cond.value,
+            },
+        }
+    }
+
+    /// Compiles a plan; returns (first `InsnInstr`, entry actions start, len).
+    fn compile(&mut self, plan: &TbPlan) -> (u32, u32, u32) {
+        let entry_start = idx(self.actions.len());
+        for action in &plan.entry {
+            let compiled = self.compile_action(action);
+            self.actions.push(compiled);
+        }
+        let entry_len = idx(plan.entry.len());
+        let instr_start = idx(self.insn_instr.len());
+        for insn in &plan.insns {
+            let exec_start = idx(self.actions.len());
+            for action in &insn.exec {
+                let compiled = self.compile_action(action);
+                self.actions.push(compiled);
+            }
+            let mem_start = idx(self.mem_actions.len());
+            for (filter, action) in &insn.mem {
+                let kind = match action {
+                    MemAction::Callback(cb) => CompiledMemKind::Call { cb: self.mem_callback_index(cb) },
+                    MemAction::Inline(op) => CompiledMemKind::Inline {
+                        board: self.board_index(&op.board),
+                        slot: idx(op.slot),
+                        kind: op.kind,
+                    },
+                };
+                self.mem_actions.push(CompiledMem { filter: *filter, kind });
+            }
+            self.insn_instr.push(InsnInstr {
+                exec_start,
+                exec_len: idx(insn.exec.len()),
+                mem_start,
+                mem_len: idx(insn.mem.len()),
+            });
+        }
+        (instr_start, entry_start, entry_len)
+    }
+
+    /// Makes block `id` unreachable (its storage stays until the generation
+    /// is dropped).
+    fn kill(&mut self, id: u32) {
+        let Some(tb) = self.tbs.get_mut(id as usize) else { return };
+        if tb.dead {
+            return;
+        }
+        tb.dead = true;
+        let key = (tb.pc, tb.flags);
+        self.dead_tbs += 1;
+        if self.index.get(&key) == Some(&id) {
+            self.index.remove(&key);
+        }
+    }
+
+    /// Kills every live block overlapping `[start, end)`; returns how many.
+    pub(crate) fn invalidate(&mut self, start: u64, end: u64) -> usize {
+        if start >= end || self.tbs.len() == self.dead_tbs {
+            return 0;
+        }
+        let first = start >> 12;
+        let last = (end - 1) >> 12;
+        // Walk whichever is smaller: the pages of the range, or the pages
+        // that hold blocks at all.
+        let pages: Vec<u64> = if last - first < self.page_heads.len() as u64 {
+            (first..=last).collect()
+        } else {
+            self.page_heads.keys().copied().filter(|p| (first..=last).contains(p)).collect()
+        };
+        let mut victims = Vec::new();
+        for page in pages {
+            let mut link = self.page_heads.get(&page).copied().unwrap_or(NONE);
+            while let Some(l) = self.page_links.get(link as usize) {
+                if let Some(tb) = self.tbs.get(l.tb as usize) {
+                    if !tb.dead && tb.overlaps(start, end) {
+                        victims.push(l.tb);
+                    }
+                }
+                link = l.next;
+            }
+        }
+        let before = self.dead_tbs;
+        for id in victims {
+            self.kill(id);
+        }
+        self.dead_tbs - before
+    }
+}

@@ -1,0 +1,782 @@
+//! The block cache and the vCPU execution loop.
+//!
+//! # Generations and quiescent points
+//!
+//! Every translated block lives in the current cache *generation*. A flush
+//! replaces the current generation by an empty one in O(1) and parks the old
+//! one in a retirement queue. Each vCPU owns an epoch slot in which it
+//! announces, at every quiescent point (between two blocks, where it holds no
+//! reference into any generation), the generation it is now using. A parked
+//! generation is dropped once every registered vCPU announced a newer one.
+//! Jump-cache entries carry their generation id, so a flush needs no walk
+//! over per-vCPU state either.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use crate::cache::{CompiledAction, CompiledMemKind, Generation, NONE, TbHeader, TbOp};
+use crate::frontend::{CpuExit, DecodeError, Flow, Frontend, MemAccess, sign_extend};
+use crate::instrument::{
+    CallbackContext, InsnCallback, InsnInfo, Instrumentation, MemAccessInfo, MemCallback, Requests, Scoreboard,
+    TbPlan, TbView,
+};
+use crate::memory::{GuestMemory, MemFault, PAGE_SIZE};
+
+/// Most instructions in one block.
+const MAX_BLOCK_INSNS: usize = 512;
+/// Entries in each vCPU's direct-mapped jump cache (a power of two).
+const JUMP_CACHE_ENTRIES: usize = 4096;
+/// Default cap on blocks per generation before an automatic flush.
+const DEFAULT_MAX_TBS: usize = 1 << 22;
+/// Epoch of a vCPU that holds no reference into any generation.
+const OFFLINE: u64 = u64::MAX;
+
+const PENDING_EXIT: u32 = 1;
+const PENDING_FLUSH: u32 = 2;
+
+/// Requests that may come from any thread, checked at block boundaries.
+#[derive(Default)]
+struct Signals {
+    pending: AtomicU32,
+}
+
+/// Asks a running engine to leave [`Engine::run`] at the next block
+/// boundary. Cloneable and usable from any thread.
+#[derive(Clone)]
+pub struct ExitHandle(Arc<Signals>);
+
+impl ExitHandle {
+    /// Requests the exit; [`Engine::run`] returns [`CpuExit::ExitRequested`].
+    pub fn request_exit(&self) {
+        self.0.pending.fetch_or(PENDING_EXIT, Ordering::Release);
+    }
+}
+
+impl fmt::Debug for ExitHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ExitHandle")
+    }
+}
+
+/// Asks an engine to flush all translations at its next safe point (after
+/// the executing instruction). Cloneable and usable from any thread or
+/// callback; this is how a plugin layer implements `reset`.
+#[derive(Clone)]
+pub struct FlushHandle(Arc<Signals>);
+
+impl FlushHandle {
+    /// Requests the flush.
+    pub fn request_flush(&self) {
+        self.0.pending.fetch_or(PENDING_FLUSH, Ordering::Release);
+    }
+}
+
+impl fmt::Debug for FlushHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("FlushHandle")
+    }
+}
+
+#[derive(Clone, Copy)]
+struct JumpEntry {
+    pc: u64,
+    generation: u64,
+    flags: u32,
+    tb: u32,
+}
+
+const EMPTY_JUMP: JumpEntry = JumpEntry { pc: u64::MAX, generation: u64::MAX, flags: 0, tb: NONE };
+
+static NEXT_ENGINE_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Per-vCPU execution context: its index, jump cache and epoch slot.
+///
+/// [`Engine::run`] uses a built-in context (vCPU 0); embedders with several
+/// vCPUs create one per vCPU with [`Engine::new_vcpu`] and call
+/// [`Engine::run_vcpu`].
+pub struct Vcpu {
+    index: u32,
+    engine: u64,
+    epoch: Arc<AtomicU64>,
+    announced: u64,
+    jump_cache: Box<[JumpEntry]>,
+}
+
+impl fmt::Debug for Vcpu {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Vcpu").field("index", &self.index).field("epoch", &self.announced).finish()
+    }
+}
+
+impl Vcpu {
+    fn new(index: u32, engine: u64) -> Self {
+        Vcpu {
+            index,
+            engine,
+            epoch: Arc::new(AtomicU64::new(OFFLINE)),
+            announced: OFFLINE,
+            jump_cache: vec![EMPTY_JUMP; JUMP_CACHE_ENTRIES].into_boxed_slice(),
+        }
+    }
+
+    /// The vCPU index callbacks see.
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// Declares that this vCPU holds no reference into any generation until
+    /// it runs again (e.g. it is blocked in a long system call), so retired
+    /// generations need not wait for it.
+    pub fn go_offline(&mut self) {
+        self.announced = OFFLINE;
+        self.epoch.store(OFFLINE, Ordering::Release);
+    }
+
+    #[inline(always)]
+    fn announce(&mut self, generation: u64) {
+        if self.announced != generation {
+            self.announced = generation;
+            self.epoch.store(generation, Ordering::Release);
+        }
+    }
+
+    #[inline(always)]
+    fn jump_slot(pc: u64) -> usize {
+        // Instructions are at least 2-byte aligned on most guests.
+        ((pc >> 1) as usize) & (JUMP_CACHE_ENTRIES - 1)
+    }
+}
+
+/// Counters describing the engine's work so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EngineStats {
+    /// Blocks translated.
+    pub tbs_translated: u64,
+    /// Live blocks in the current generation.
+    pub tbs_cached: u64,
+    /// Blocks executed (block entries).
+    pub blocks_executed: u64,
+    /// Block lookups that missed the jump cache but hit the index.
+    pub index_hits: u64,
+    /// Instructions dispatched (including one that exits or faults).
+    pub insns_executed: u64,
+    /// Mass flushes performed.
+    pub flushes: u64,
+    /// Blocks dropped by range invalidation.
+    pub tbs_invalidated: u64,
+    /// Generations alive: the current one plus retired ones not yet freed.
+    pub live_generations: u64,
+    /// Approximate heap bytes of the current generation.
+    pub current_bytes: u64,
+    /// Approximate heap bytes of retired generations still waiting for
+    /// every vCPU to pass a quiescent point.
+    pub retired_bytes: u64,
+}
+
+/// How a block's execution ended.
+struct BlockEnd {
+    next_pc: u64,
+    executed: u32,
+    exit: Option<CpuExit>,
+    requests: Requests,
+}
+
+/// The block cache and vCPU loop for frontend `F`.
+///
+/// ```
+/// # use tcgkit_tcg_core::*;
+/// # fn demo<F: Frontend>(frontend: F, cpu: &mut F::Cpu, mem: &mut GuestMemory) {
+/// let mut engine = Engine::new(frontend);
+/// loop {
+///     match engine.run(cpu, mem) {
+///         CpuExit::Syscall => { /* handle it, advance the pc, go on */ }
+///         _ => break,
+///     }
+/// }
+/// # }
+/// ```
+pub struct Engine<F: Frontend> {
+    frontend: F,
+    id: u64,
+    current: Generation<F::Op>,
+    retired: VecDeque<Generation<F::Op>>,
+    next_generation: u64,
+    epochs: Vec<Arc<AtomicU64>>,
+    next_vcpu: u32,
+    main_vcpu: Option<Box<Vcpu>>,
+    instrumentation: Option<Arc<dyn Instrumentation>>,
+    signals: Arc<Signals>,
+    stats: EngineStats,
+    max_tbs: usize,
+    scratch_ops: Vec<TbOp<F::Op>>,
+    scratch_raws: Vec<u32>,
+    scratch_insns: Vec<InsnInfo>,
+    scratch_plan: TbPlan,
+}
+
+impl<F: Frontend> fmt::Debug for Engine<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Engine")
+            .field("generation", &self.current.id)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<F: Frontend> Engine<F> {
+    /// An engine with an empty cache, no instrumentation, and one built-in
+    /// vCPU context (index 0) used by [`Engine::run`].
+    pub fn new(frontend: F) -> Self {
+        let id = NEXT_ENGINE_ID.fetch_add(1, Ordering::Relaxed);
+        let mut engine = Engine {
+            frontend,
+            id,
+            current: Generation::new(0),
+            retired: VecDeque::new(),
+            next_generation: 1,
+            epochs: Vec::new(),
+            next_vcpu: 0,
+            main_vcpu: None,
+            instrumentation: None,
+            signals: Arc::new(Signals::default()),
+            stats: EngineStats::default(),
+            max_tbs: DEFAULT_MAX_TBS,
+            scratch_ops: Vec::new(),
+            scratch_raws: Vec::new(),
+            scratch_insns: Vec::new(),
+            scratch_plan: TbPlan::default(),
+        };
+        let main = engine.new_vcpu();
+        engine.main_vcpu = Some(Box::new(main));
+        engine
+    }
+
+    /// The frontend.
+    pub fn frontend(&self) -> &F {
+        &self.frontend
+    }
+
+    /// Creates the execution context of another vCPU (indices count up from 1).
+    pub fn new_vcpu(&mut self) -> Vcpu {
+        let vcpu = Vcpu::new(self.next_vcpu, self.id);
+        self.next_vcpu = self.next_vcpu.saturating_add(1);
+        self.epochs.push(Arc::clone(&vcpu.epoch));
+        vcpu
+    }
+
+    /// Caps the number of blocks in one generation; reaching it flushes
+    /// (as QEMU does when its code buffer is full). Minimum 1.
+    pub fn set_max_tbs(&mut self, max: usize) {
+        self.max_tbs = max.max(1);
+    }
+
+    /// Installs or removes the instrumentation. Blocks translated under the
+    /// previous one are flushed (O(1)), so from the next block on every
+    /// block carries exactly what the new instrumentation attaches.
+    pub fn set_instrumentation(&mut self, instrumentation: Option<Arc<dyn Instrumentation>>) {
+        self.instrumentation = instrumentation;
+        self.retire_current();
+    }
+
+    /// The installed instrumentation, if any.
+    pub fn instrumentation(&self) -> Option<&Arc<dyn Instrumentation>> {
+        self.instrumentation.as_ref()
+    }
+
+    /// Asks the running vCPU(s) to return [`CpuExit::ExitRequested`] at the
+    /// next block boundary. A request made while nothing runs is honoured by
+    /// the next [`Engine::run`] before it executes anything.
+    pub fn request_exit(&self) {
+        self.exit_handle().request_exit();
+    }
+
+    /// A handle to [`Engine::request_exit`] for other threads.
+    pub fn exit_handle(&self) -> ExitHandle {
+        ExitHandle(Arc::clone(&self.signals))
+    }
+
+    /// A handle that requests a flush at the next safe point.
+    pub fn flush_handle(&self) -> FlushHandle {
+        FlushHandle(Arc::clone(&self.signals))
+    }
+
+    /// Flushes every translation: retires the current generation in O(1)
+    /// whatever its size. Its memory is freed once every vCPU passed a
+    /// quiescent point. The instrumentation is told through
+    /// [`Instrumentation::flushed`].
+    pub fn flush(&mut self) {
+        self.retire_current();
+        self.reclaim();
+        if let Some(instr) = &self.instrumentation {
+            instr.flushed();
+        }
+    }
+
+    fn retire_current(&mut self) {
+        let fresh = Generation::new(self.next_generation);
+        self.next_generation += 1;
+        let old = std::mem::replace(&mut self.current, fresh);
+        self.stats.flushes += 1;
+        if old.tbs.is_empty() {
+            // Nothing can point into an empty generation.
+            return;
+        }
+        self.retired.push_back(old);
+    }
+
+    /// Frees the retired generations no vCPU can still be using (those
+    /// older than every registered vCPU's last quiescent point). The loop
+    /// does this itself at block boundaries; an embedder whose vCPUs are all
+    /// idle may call it to return memory without running.
+    pub fn reclaim(&mut self) {
+        if self.retired.is_empty() {
+            return;
+        }
+        // A dropped `Vcpu` leaves its slot with a single owner: forget it.
+        self.epochs.retain(|slot| Arc::strong_count(slot) > 1);
+        let oldest_in_use = self.epochs.iter().map(|slot| slot.load(Ordering::Acquire)).min().unwrap_or(OFFLINE);
+        while self.retired.front().is_some_and(|g| g.id < oldest_in_use) {
+            self.retired.pop_front();
+        }
+    }
+
+    /// Drops the translations overlapping `[start, start + len)` (code
+    /// unmapped, re-protected or modified). Costs in proportion to the blocks
+    /// on the pages of the range, not to the cache size.
+    pub fn invalidate_range(&mut self, start: u64, len: u64) {
+        let end = start.saturating_add(len);
+        let killed = self.current.invalidate(start, end);
+        self.stats.tbs_invalidated += killed as u64;
+    }
+
+    /// Counters and memory figures.
+    pub fn stats(&self) -> EngineStats {
+        EngineStats {
+            tbs_cached: self.current.live_tbs() as u64,
+            live_generations: 1 + self.retired.len() as u64,
+            current_bytes: self.current.bytes() as u64,
+            retired_bytes: self.retired.iter().map(|g| g.bytes() as u64).sum(),
+            ..self.stats
+        }
+    }
+
+    /// Guest address and raw encodings of the cached block at `(pc, flags)`.
+    pub fn cached_block(&self, pc: u64, flags: u32) -> Option<Vec<InsnInfo>> {
+        let id = self.current.lookup(pc, flags)?;
+        let tb = self.current.tbs.get(id as usize)?;
+        let start = tb.ops_start as usize;
+        let end = start + tb.insn_count as usize;
+        let ops = self.current.ops.get(start..end)?;
+        let raws = self.current.raws.get(start..end)?;
+        let mut at = tb.pc;
+        Some(
+            ops.iter()
+                .zip(raws)
+                .map(|(op, &raw)| {
+                    let info = InsnInfo { pc: at, len: op.len, raw };
+                    at = at.wrapping_add(u64::from(op.len));
+                    info
+                })
+                .collect(),
+        )
+    }
+
+    /// Runs the built-in vCPU (index 0) until something needs the embedder:
+    /// a system call, breakpoint, fault, illegal instruction or exit
+    /// request. The vCPU's pc is left at the instruction that caused it.
+    pub fn run(&mut self, cpu: &mut F::Cpu, mem: &mut GuestMemory) -> CpuExit {
+        let mut vcpu = match self.main_vcpu.take() {
+            Some(v) => v,
+            None => Box::new(self.new_vcpu()),
+        };
+        let exit = self.run_vcpu(&mut vcpu, cpu, mem);
+        // Nothing can execute on the built-in context until the next `run`,
+        // so retired generations need not wait for it.
+        vcpu.go_offline();
+        self.reclaim();
+        self.main_vcpu = Some(vcpu);
+        exit
+    }
+
+    /// Runs `vcpu` (a context from [`Engine::new_vcpu`]) on `cpu`; see
+    /// [`Engine::run`].
+    pub fn run_vcpu(&mut self, vcpu: &mut Vcpu, cpu: &mut F::Cpu, mem: &mut GuestMemory) -> CpuExit {
+        if vcpu.engine != self.id {
+            // A context from another engine: adopt it (its cache is invalid here).
+            vcpu.engine = self.id;
+            vcpu.jump_cache.fill(EMPTY_JUMP);
+            self.epochs.push(Arc::clone(&vcpu.epoch));
+        }
+        loop {
+            // Quiescent point: this vCPU holds no reference into any block.
+            vcpu.announce(self.current.id);
+            if !self.retired.is_empty() {
+                self.reclaim();
+            }
+            if self.signals.pending.load(Ordering::Relaxed) != 0 {
+                let pending = self.signals.pending.swap(0, Ordering::Acquire);
+                if pending & PENDING_FLUSH != 0 {
+                    self.flush();
+                    vcpu.announce(self.current.id);
+                }
+                if pending & PENDING_EXIT != 0 {
+                    return CpuExit::ExitRequested;
+                }
+            }
+
+            let pc = F::pc(cpu);
+            let flags = F::tb_flags(cpu);
+            let tb_id = match self.find_block(vcpu, pc, flags, mem) {
+                Ok(id) => id,
+                Err(exit) => return exit,
+            };
+            let Some(&tb) = self.current.tbs.get(tb_id as usize) else {
+                // Unreachable by construction (ids come from this generation);
+                // translate afresh rather than trust the index.
+                vcpu.jump_cache.fill(EMPTY_JUMP);
+                continue;
+            };
+            let end = if tb.instr_start == NONE {
+                Self::exec_plain(&self.current, &tb, cpu, mem)
+            } else {
+                Self::exec_instrumented(&self.current, &self.signals, vcpu.index, &tb, cpu, mem)
+            };
+            self.stats.blocks_executed += 1;
+            self.stats.insns_executed += u64::from(end.executed);
+            if end.requests.flush {
+                self.signals.pending.fetch_or(PENDING_FLUSH, Ordering::Relaxed);
+            }
+            if end.requests.exit {
+                self.signals.pending.fetch_or(PENDING_EXIT, Ordering::Relaxed);
+            }
+            match end.exit {
+                None => F::set_pc(cpu, end.next_pc),
+                Some(CpuExit::FlushCode) => {
+                    // fence.i: drop every translation here, at a safe point,
+                    // and resume after the instruction.
+                    F::set_pc(cpu, end.next_pc);
+                    self.flush();
+                }
+                Some(exit) => {
+                    F::set_pc(cpu, end.next_pc);
+                    return exit;
+                }
+            }
+        }
+    }
+
+    /// Jump cache, then index, then translation.
+    #[inline(always)]
+    fn find_block(&mut self, vcpu: &mut Vcpu, pc: u64, flags: u32, mem: &mut GuestMemory) -> Result<u32, CpuExit> {
+        let slot = Vcpu::jump_slot(pc);
+        if let Some(e) = vcpu.jump_cache.get(slot) {
+            if e.pc == pc && e.generation == self.current.id && e.flags == flags {
+                if let Some(tb) = self.current.tbs.get(e.tb as usize) {
+                    if !tb.dead {
+                        return Ok(e.tb);
+                    }
+                }
+            }
+        }
+        self.find_block_slow(vcpu, slot, pc, flags, mem)
+    }
+
+    #[inline(never)]
+    fn find_block_slow(
+        &mut self,
+        vcpu: &mut Vcpu,
+        slot: usize,
+        pc: u64,
+        flags: u32,
+        mem: &mut GuestMemory,
+    ) -> Result<u32, CpuExit> {
+        let id = match self.current.lookup(pc, flags) {
+            Some(id) => {
+                self.stats.index_hits += 1;
+                id
+            }
+            None => {
+                if self.current.tbs.len() >= self.max_tbs {
+                    self.flush();
+                    vcpu.announce(self.current.id);
+                }
+                self.translate(pc, flags, mem)?
+            }
+        };
+        if let Some(e) = vcpu.jump_cache.get_mut(slot) {
+            *e = JumpEntry { pc, generation: self.current.id, flags, tb: id };
+        }
+        Ok(id)
+    }
+
+    /// Decodes a block at `pc` into the current generation.
+    fn translate(&mut self, pc: u64, flags: u32, mem: &mut GuestMemory) -> Result<u32, CpuExit> {
+        self.scratch_ops.clear();
+        self.scratch_raws.clear();
+        self.scratch_insns.clear();
+        let page = pc / PAGE_SIZE;
+        let mut at = pc;
+        loop {
+            match self.frontend.decode(mem, at) {
+                Ok(d) => {
+                    let len = d.len.max(1);
+                    self.scratch_ops.push(TbOp { op: d.op, len });
+                    self.scratch_raws.push(d.raw);
+                    self.scratch_insns.push(InsnInfo { pc: at, len, raw: d.raw });
+                    at = at.wrapping_add(u64::from(len));
+                    // Blocks stop at control flow, at a size cap, and at a
+                    // page boundary (so page-granular invalidation stays exact).
+                    if d.ends_block || self.scratch_ops.len() >= MAX_BLOCK_INSNS || at / PAGE_SIZE != page {
+                        break;
+                    }
+                }
+                Err(e) if self.scratch_ops.is_empty() => {
+                    return Err(match e {
+                        DecodeError::Fault(fault) => CpuExit::Fault(fault),
+                        DecodeError::Illegal { raw, .. } => CpuExit::IllegalInstruction { raw },
+                    });
+                }
+                // A later instruction that cannot be decoded starts its own
+                // block, so the exit is raised exactly when it is reached.
+                Err(_) => break,
+            }
+        }
+        let size = u32::try_from(at.wrapping_sub(pc)).unwrap_or(u32::MAX);
+        let mut planned = false;
+        if let Some(instr) = &self.instrumentation {
+            self.scratch_plan.reset(self.scratch_insns.len());
+            let frontend = &self.frontend;
+            let disassembler = |raw: &[u8], pc: u64| frontend.disassemble(raw, pc);
+            let view = TbView {
+                pc,
+                flags,
+                size: u64::from(size),
+                insns: &self.scratch_insns,
+                disassembler: &disassembler,
+                register_names: frontend.register_names(),
+            };
+            instr.translate(&view, &mut self.scratch_plan);
+            // The instrumentation may not resize the instruction list.
+            self.scratch_plan.insns.truncate(self.scratch_insns.len());
+            self.scratch_plan.insns.resize_with(self.scratch_insns.len(), Default::default);
+            planned = !self.scratch_plan.is_empty();
+        }
+        let plan = planned.then_some(&self.scratch_plan);
+        let id = self.current.insert(pc, flags, size, &self.scratch_ops, &self.scratch_raws, plan);
+        self.stats.tbs_translated += 1;
+        Ok(id)
+    }
+
+    /// The uninstrumented loop: no callbacks, no dynamic dispatch.
+    #[inline(always)]
+    fn exec_plain(generation: &Generation<F::Op>, tb: &TbHeader, cpu: &mut F::Cpu, mem: &mut GuestMemory) -> BlockEnd {
+        let start = tb.ops_start as usize;
+        let ops = generation.ops.get(start..start + tb.insn_count as usize).unwrap_or_default();
+        let mut pc = tb.pc;
+        let mut executed = 0u32;
+        for op in ops {
+            executed += 1;
+            match F::execute(cpu, &op.op, pc, mem) {
+                Flow::Next => pc = pc.wrapping_add(u64::from(op.len)),
+                Flow::Jump(target) => {
+                    return BlockEnd { next_pc: target, executed, exit: None, requests: Requests::default() };
+                }
+                Flow::Exit(exit) => return Self::exit_at(exit, pc, op.len, executed, Requests::default()),
+            }
+        }
+        BlockEnd { next_pc: pc, executed, exit: None, requests: Requests::default() }
+    }
+
+    /// Where the loop continues after an exiting instruction at `pc`.
+    fn exit_at(exit: CpuExit, pc: u64, len: u8, executed: u32, requests: Requests) -> BlockEnd {
+        let next_pc = match exit {
+            CpuExit::FlushCode => pc.wrapping_add(u64::from(len)),
+            _ => pc,
+        };
+        BlockEnd { next_pc, executed, exit: Some(exit), requests }
+    }
+
+    /// The instrumented loop: entry actions, then per instruction its actions,
+    /// its execution with memory actions, and a check for flush/exit requests.
+    fn exec_instrumented(
+        generation: &Generation<F::Op>,
+        signals: &Signals,
+        vcpu: u32,
+        tb: &TbHeader,
+        cpu: &mut F::Cpu,
+        mem: &mut GuestMemory,
+    ) -> BlockEnd {
+        let mut requests = Requests::default();
+        let entry_start = tb.entry_start as usize;
+        let entry = generation.actions.get(entry_start..entry_start + tb.entry_len as usize).unwrap_or_default();
+        if !entry.is_empty() {
+            F::set_pc(cpu, tb.pc);
+            run_actions::<F>(generation, entry, vcpu, tb.pc, cpu, mem, &mut requests);
+        }
+        let start = tb.ops_start as usize;
+        let ops = generation.ops.get(start..start + tb.insn_count as usize).unwrap_or_default();
+        let instr_start = tb.instr_start as usize;
+        let instrs = generation.insn_instr.get(instr_start..instr_start + ops.len()).unwrap_or_default();
+        let mut pc = tb.pc;
+        let mut executed = 0u32;
+        for (i, op) in ops.iter().enumerate() {
+            let instr = instrs.get(i).copied().unwrap_or_default();
+            let exec_start = instr.exec_start as usize;
+            let actions = generation.actions.get(exec_start..exec_start + instr.exec_len as usize).unwrap_or_default();
+            if !actions.is_empty() {
+                F::set_pc(cpu, pc);
+                run_actions::<F>(generation, actions, vcpu, pc, cpu, mem, &mut requests);
+            }
+            let mem_start = instr.mem_start as usize;
+            let mem_actions = generation.mem_actions.get(mem_start..mem_start + instr.mem_len as usize).unwrap_or_default();
+            executed += 1;
+            // The instruction's memory actions are lent for exactly this call.
+            let flow = {
+                let mut access = InstrumentedMem {
+                    mem: &mut *mem,
+                    actions: mem_actions,
+                    callbacks: &generation.mem_callbacks,
+                    boards: &generation.boards,
+                    vcpu,
+                    pc,
+                    requests: &mut requests,
+                };
+                F::execute(cpu, &op.op, pc, &mut access)
+            };
+            match flow {
+                Flow::Next => pc = pc.wrapping_add(u64::from(op.len)),
+                Flow::Jump(target) => return BlockEnd { next_pc: target, executed, exit: None, requests },
+                Flow::Exit(exit) => return Self::exit_at(exit, pc, op.len, executed, requests),
+            }
+            // A flush or exit requested by a callback (or another thread)
+            // takes effect now that the instruction is complete.
+            if requests.any() || signals.pending.load(Ordering::Relaxed) != 0 {
+                break;
+            }
+        }
+        BlockEnd { next_pc: pc, executed, exit: None, requests }
+    }
+}
+
+/// Runs block-entry or per-instruction actions.
+fn run_actions<F: Frontend>(
+    generation: &Generation<F::Op>,
+    actions: &[CompiledAction],
+    vcpu: u32,
+    pc: u64,
+    cpu: &F::Cpu,
+    mem: &mut GuestMemory,
+    requests: &mut Requests,
+) {
+    let registers = |name: &str| F::read_register(cpu, name);
+    for action in actions {
+        match *action {
+            CompiledAction::Inline { board, slot, kind } => {
+                if let Some(b) = generation.boards.get(board as usize) {
+                    b.apply(vcpu, slot as usize, kind);
+                }
+            }
+            CompiledAction::Call { cb } => {
+                if let Some(cb) = generation.callbacks.get(cb as usize) {
+                    call(cb, vcpu, pc, &registers, mem, requests);
+                }
+            }
+            CompiledAction::Conditional { cb, board, slot, compare, value } => {
+                let entry = generation.boards.get(board as usize).map_or(0, |b| b.get(vcpu, slot as usize));
+                if compare.holds(entry, value) {
+                    if let Some(cb) = generation.callbacks.get(cb as usize) {
+                        call(cb, vcpu, pc, &registers, mem, requests);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[inline(always)]
+fn call(
+    cb: &InsnCallback,
+    vcpu: u32,
+    pc: u64,
+    registers: &dyn Fn(&str) -> Option<u64>,
+    mem: &mut GuestMemory,
+    requests: &mut Requests,
+) {
+    let mut ctx = CallbackContext { vcpu, pc, registers: Some(registers), mem, requests };
+    cb(&mut ctx);
+}
+
+/// Guest memory as an instrumented instruction sees it: each access runs the
+/// instruction's memory actions, borrowed for this instruction only.
+struct InstrumentedMem<'a> {
+    mem: &'a mut GuestMemory,
+    actions: &'a [crate::cache::CompiledMem],
+    callbacks: &'a [MemCallback],
+    boards: &'a [Arc<Scoreboard>],
+    vcpu: u32,
+    pc: u64,
+    requests: &'a mut Requests,
+}
+
+impl InstrumentedMem<'_> {
+    fn notify(&mut self, info: MemAccessInfo) {
+        for action in self.actions {
+            if !action.filter.matches(info.is_store) {
+                continue;
+            }
+            match action.kind {
+                CompiledMemKind::Inline { board, slot, kind } => {
+                    if let Some(b) = self.boards.get(board as usize) {
+                        b.apply(self.vcpu, slot as usize, kind);
+                    }
+                }
+                CompiledMemKind::Call { cb } => {
+                    if let Some(cb) = self.callbacks.get(cb as usize) {
+                        let mut ctx = CallbackContext {
+                            vcpu: self.vcpu,
+                            pc: self.pc,
+                            registers: None,
+                            mem: &mut *self.mem,
+                            requests: &mut *self.requests,
+                        };
+                        cb(&mut ctx, &info);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl MemAccess for InstrumentedMem<'_> {
+    #[inline]
+    fn load(&mut self, addr: u64, size: u8, signed: bool) -> Result<u64, MemFault> {
+        let raw = self.mem.load(addr, size)?;
+        let value = if signed { sign_extend(raw, size) } else { raw };
+        if !self.actions.is_empty() {
+            self.notify(MemAccessInfo { addr, size, sign_extended: signed, is_store: false, value });
+        }
+        Ok(value)
+    }
+
+    #[inline]
+    fn store(&mut self, addr: u64, size: u8, value: u64) -> Result<(), MemFault> {
+        self.mem.store(addr, size, value)?;
+        if !self.actions.is_empty() {
+            let value = match size {
+                1 => value & 0xff,
+                2 => value & 0xffff,
+                4 => value & 0xffff_ffff,
+                _ => value,
+            };
+            self.notify(MemAccessInfo { addr, size, sign_extended: false, is_store: true, value });
+        }
+        Ok(())
+    }
+
+    fn memory(&mut self) -> &mut GuestMemory {
+        self.mem
+    }
+}

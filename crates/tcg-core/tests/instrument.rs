@@ -1,0 +1,480 @@
+//! Instrumentation: callbacks, inline ops, memory callbacks, and resets
+//! requested from inside callbacks (the QEMU plugin seed scenario).
+mod common;
+use common::*;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use tcgkit_tcg_core::*;
+
+/// Instrumentation built from a closure, counting translations and flushes.
+struct Instr<T> {
+    plan: T,
+    translations: AtomicU64,
+    flushes: Arc<AtomicU64>,
+}
+
+impl<T: Fn(&TbView<'_>, &mut TbPlan) + Send + Sync> Instrumentation for Instr<T> {
+    fn translate(&self, tb: &TbView<'_>, plan: &mut TbPlan) {
+        self.translations.fetch_add(1, Relaxed);
+        (self.plan)(tb, plan);
+    }
+    fn flushed(&self) {
+        self.flushes.fetch_add(1, Relaxed);
+    }
+}
+
+fn install<T: Fn(&TbView<'_>, &mut TbPlan) + Send + Sync + 'static>(
+    engine: &mut Engine<Toy>,
+    plan: T,
+) -> Arc<Instr<T>> {
+    let instr = Arc::new(Instr { plan, translations: AtomicU64::new(0), flushes: Arc::new(AtomicU64::new(0)) });
+    engine.set_instrumentation(Some(instr.clone() as Arc<dyn Instrumentation>));
+    instr
+}
+
+fn counter_cb(counter: &Arc<AtomicU64>) -> InsnCallback {
+    let counter = counter.clone();
+    Arc::new(move |_ctx: &mut CallbackContext<'_>| {
+        counter.fetch_add(1, Relaxed);
+    })
+}
+
+fn is_load(raw: u32) -> bool {
+    matches!(raw >> 24, OP_LD | OP_LW_SIGNED | OP_LB)
+}
+
+#[test]
+fn callbacks_and_inline_counters_match_the_engine_count() {
+    let mut mem = machine(&loop_program(1000));
+    let mut engine = Engine::new(Toy);
+    let calls = Arc::new(AtomicU64::new(0));
+    let board = Arc::new(Scoreboard::new(2, 1));
+    let (cb, b) = (counter_cb(&calls), board.clone());
+    let instr = install(&mut engine, move |tb, plan| {
+        plan.on_entry(Action::Inline(InlineOp { board: b.clone(), slot: 1, kind: InlineKind::Add(1) }));
+        assert_eq!(plan.insns_mut().len(), tb.insn_count());
+        for insn in plan.insns_mut() {
+            insn.on_execute(Action::Callback(cb.clone()));
+            insn.on_execute(Action::Inline(InlineOp { board: b.clone(), slot: 0, kind: InlineKind::Add(1) }));
+        }
+    });
+    let mut cpu = cpu_at(CODE);
+    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
+    assert_eq!(cpu.x[1], 1000);
+    let stats = engine.stats();
+    assert_eq!(stats.insns_executed, loop_insns(1000));
+    assert_eq!(calls.load(Relaxed), loop_insns(1000));
+    assert_eq!(board.sum(0), loop_insns(1000));
+    assert_eq!(board.get(0, 1), stats.blocks_executed);
+    assert_eq!(instr.translations.load(Relaxed), stats.tbs_translated);
+
+    // Removing the instrumentation: blocks are retranslated bare.
+    engine.set_instrumentation(None);
+    let mut cpu = cpu_at(CODE);
+    engine.run(&mut cpu, &mut mem);
+    assert_eq!(calls.load(Relaxed), loop_insns(1000), "no callback after uninstall");
+    assert_eq!(engine.stats().tbs_translated, 6);
+}
+
+#[test]
+fn translation_view_describes_the_block() {
+    let code = [addi(1, 0, 1), ld(2, 4, 0), syscall()];
+    let mut mem = machine(&code);
+    let mut engine = Engine::new(Toy);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    install(&mut engine, move |tb, _plan| {
+        let lines: Vec<String> = (0..tb.insn_count()).filter_map(|i| tb.disassemble(i)).collect();
+        s.lock().unwrap().push((tb.pc(), tb.size(), tb.flags(), tb.insns().to_vec(), lines));
+        assert!(tb.disassemble(tb.insn_count()).is_none());
+        assert_eq!(tb.register_names().first(), Some(&"pc"));
+    });
+    let mut cpu = cpu_at(CODE);
+    cpu.x[4] = DATA;
+    engine.run(&mut cpu, &mut mem);
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 1);
+    let (pc, size, flags, insns, lines) = &seen[0];
+    assert_eq!((*pc, *size, *flags), (CODE, 12, 0));
+    assert_eq!(insns[1], InsnInfo { pc: CODE + 4, len: 4, raw: ld(2, 4, 0) });
+    assert_eq!(lines[2], format!("op{OP_SYSCALL} 0x0"));
+}
+
+#[test]
+fn memory_callbacks_see_address_size_sign_and_value() {
+    let code = [
+        addi(1, 0, -16),  // r1 = 0xffff_ffff_ffff_fff0
+        sd(1, 4, 0),      // DATA[0..8] = r1
+        lw_signed(3, 4, 0), // r3 = sext(0xffff_fff0)
+        lb(5, 4, 1),      // r5 = 0xff
+        addi(6, 0, 5),    // r6 = 5
+        amoadd(6, 4),     // DATA += 5, r6 = old
+        syscall(),
+    ];
+    let mut mem = machine(&code);
+    let mut engine = Engine::new(Toy);
+    let all = Arc::new(Mutex::new(Vec::new()));
+    let reads = Arc::new(AtomicU64::new(0));
+    let board = Arc::new(Scoreboard::new(1, 1));
+    let (a, r, b) = (all.clone(), reads.clone(), board.clone());
+    install(&mut engine, move |_tb, plan| {
+        let a = a.clone();
+        let log: MemCallback = Arc::new(move |ctx: &mut CallbackContext<'_>, info: &MemAccessInfo| {
+            assert_eq!(ctx.read_register("r1"), None, "registers are not readable here");
+            let mut byte = [0u8; 1];
+            ctx.read_memory(info.addr, &mut byte).unwrap();
+            a.lock().unwrap().push((ctx.vcpu(), ctx.pc(), *info));
+        });
+        let r = r.clone();
+        let count_reads: MemCallback = Arc::new(move |_ctx: &mut CallbackContext<'_>, info: &MemAccessInfo| {
+            assert!(!info.is_store);
+            r.fetch_add(1, Relaxed);
+        });
+        for insn in plan.insns_mut() {
+            insn.on_memory(MemFilter::All, MemAction::Callback(log.clone()));
+            insn.on_memory(MemFilter::Reads, MemAction::Callback(count_reads.clone()));
+            insn.on_memory(
+                MemFilter::Writes,
+                MemAction::Inline(InlineOp { board: b.clone(), slot: 0, kind: InlineKind::Add(1) }),
+            );
+        }
+    });
+    let mut cpu = cpu_at(CODE);
+    cpu.x[4] = DATA;
+    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
+    let info = |addr, size, sign_extended, is_store, value| MemAccessInfo { addr, size, sign_extended, is_store, value };
+    let expected = vec![
+        (0, CODE + 4, info(DATA, 8, false, true, 0xffff_ffff_ffff_fff0)),
+        (0, CODE + 8, info(DATA, 4, true, false, 0xffff_ffff_ffff_fff0)),
+        (0, CODE + 12, info(DATA + 1, 1, false, false, 0xff)),
+        (0, CODE + 20, info(DATA, 8, false, false, 0xffff_ffff_ffff_fff0)),
+        (0, CODE + 20, info(DATA, 8, false, true, 0xffff_ffff_ffff_fff5)),
+    ];
+    assert_eq!(*all.lock().unwrap(), expected);
+    assert_eq!(reads.load(Relaxed), 3);
+    assert_eq!(board.get(0, 0), 2);
+    assert_eq!(cpu.x[3], 0xffff_ffff_ffff_fff0);
+    assert_eq!(cpu.x[5], 0xff);
+}
+
+#[test]
+fn a_faulting_access_runs_no_memory_callback() {
+    let code = [ld(1, 0, 0x40), syscall()];
+    let mut mem = machine(&code);
+    let mut engine = Engine::new(Toy);
+    let calls = Arc::new(AtomicU64::new(0));
+    let c = calls.clone();
+    install(&mut engine, move |_tb, plan| {
+        let c = c.clone();
+        let cb: MemCallback = Arc::new(move |_: &mut CallbackContext<'_>, _: &MemAccessInfo| {
+            c.fetch_add(1, Relaxed);
+        });
+        for insn in plan.insns_mut() {
+            insn.on_memory(MemFilter::All, MemAction::Callback(cb.clone()));
+        }
+    });
+    let mut cpu = cpu_at(CODE);
+    assert!(matches!(engine.run(&mut cpu, &mut mem), CpuExit::Fault(_)));
+    assert_eq!(calls.load(Relaxed), 0);
+}
+
+#[test]
+fn conditional_callbacks_run_only_when_the_condition_holds() {
+    let mut mem = machine(&loop_program(100));
+    let mut engine = Engine::new(Toy);
+    let board = Arc::new(Scoreboard::new(1, 1));
+    let fired = Arc::new(AtomicU64::new(0));
+    let never = Arc::new(AtomicU64::new(0));
+    let (b, f, n) = (board.clone(), counter_cb(&fired), counter_cb(&never));
+    install(&mut engine, move |_tb, plan| {
+        for insn in plan.insns_mut() {
+            insn.on_execute(Action::Inline(InlineOp { board: b.clone(), slot: 0, kind: InlineKind::Add(1) }));
+            let cond = |compare, value| Condition { board: b.clone(), slot: 0, compare, value };
+            insn.on_execute(Action::Conditional(cond(Compare::Gt, 100), f.clone()));
+            insn.on_execute(Action::Conditional(cond(Compare::Never, 0), n.clone()));
+        }
+    });
+    let mut cpu = cpu_at(CODE);
+    engine.run(&mut cpu, &mut mem);
+    let total = loop_insns(100);
+    assert_eq!(board.get(0, 0), total);
+    // The counter is already incremented when the condition is evaluated:
+    // it exceeds 100 from the 101st instruction on.
+    assert_eq!(fired.load(Relaxed), total - 100);
+    assert_eq!(never.load(Relaxed), 0);
+    assert!(Compare::Le.holds(3, 3) && Compare::Lt.holds(2, 3) && !Compare::Ne.holds(3, 3));
+    assert!(Compare::Ge.holds(3, 3) && Compare::Eq.holds(1, 1) && Compare::Always.holds(0, 9));
+}
+
+#[test]
+fn instruction_callbacks_read_registers_and_memory() {
+    let code = [addi(1, 0, 77), sd(1, 4, 0), addi(2, 0, 1), syscall()];
+    let mut mem = machine(&code);
+    let mut engine = Engine::new(Toy);
+    let seen = Arc::new(Mutex::new(None));
+    let s = seen.clone();
+    install(&mut engine, move |_tb, plan| {
+        let s = s.clone();
+        let cb: InsnCallback = Arc::new(move |ctx: &mut CallbackContext<'_>| {
+            let mut word = [0u8; 8];
+            ctx.read_memory(DATA, &mut word).unwrap();
+            let bad = ctx.read_memory(0x10, &mut word);
+            assert!(bad.is_err());
+            *s.lock().unwrap() =
+                Some((ctx.pc(), ctx.read_register("pc"), ctx.read_register("r1"), ctx.read_register("bogus"), word));
+        });
+        if let Some(insn) = plan.insn(2) {
+            insn.on_execute(Action::Callback(cb));
+        }
+        assert!(plan.insn(99).is_none());
+    });
+    let mut cpu = cpu_at(CODE);
+    cpu.x[4] = DATA;
+    engine.run(&mut cpu, &mut mem);
+    let got = seen.lock().unwrap().take().expect("callback ran");
+    assert_eq!(got, (CODE + 8, Some(CODE + 8), Some(77), None, 77u64.to_le_bytes()));
+}
+
+#[test]
+fn exit_requested_from_a_callback_stops_after_the_instruction() {
+    let code = [addi(1, 0, 1), addi(2, 0, 2), addi(3, 0, 3), syscall()];
+    let mut mem = machine(&code);
+    let mut engine = Engine::new(Toy);
+    let once = Arc::new(AtomicBool::new(false));
+    let o = once.clone();
+    install(&mut engine, move |_tb, plan| {
+        let o = o.clone();
+        let cb: InsnCallback = Arc::new(move |ctx: &mut CallbackContext<'_>| {
+            if !o.swap(true, Relaxed) {
+                ctx.request_exit();
+            }
+        });
+        if let Some(insn) = plan.insn(1) {
+            insn.on_execute(Action::Callback(cb));
+        }
+    });
+    let mut cpu = cpu_at(CODE);
+    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::ExitRequested);
+    assert_eq!(cpu.pc, CODE + 8, "the instruction whose callback asked completed");
+    assert_eq!((cpu.x[2], cpu.x[3]), (2, 0));
+    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
+    assert_eq!(cpu.x[3], 3);
+}
+
+/// The seed scenario: loop body `addi r1; sd r1 -> DATA; ld r3 <- DATA; bne`.
+fn storm_program(n: i32) -> Vec<u32> {
+    let mut code = loop_program(n);
+    // Replace the body (0x2c..0x3c) with: addi r1; sd r1,0(r4); ld r3,0(r4); amoadd r7,(r4)+8; bne
+    code[11] = addi(1, 1, 1);
+    code[12] = sd(1, 4, 0);
+    code[13] = ld(3, 4, 0);
+    code[14] = addi(7, 0, 0);
+    code
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ResetFrom {
+    /// `ctx.request_flush()` in the instruction callback of the load.
+    InsnCallback,
+    /// `ctx.request_flush()` in the memory callback of the load.
+    MemCallback,
+    /// A plugin-held `FlushHandle` in the instruction callback of the load.
+    Handle,
+}
+
+struct Storm {
+    insn_calls: AtomicU64,
+    load_calls: AtomicU64,
+    store_calls: AtomicU64,
+    resets: AtomicU64,
+    /// Value the next load must see (the store before it wrote it).
+    last_stored: AtomicU64,
+    bad_values: AtomicU64,
+    /// Callbacks of a generation retired before `flushed()` ran.
+    stale_calls: AtomicU64,
+    flushes: AtomicU64,
+    every: u64,
+    from: ResetFrom,
+    handle: OnceLock<FlushHandle>,
+}
+
+impl Storm {
+    fn new(every: u64, from: ResetFrom) -> Arc<Self> {
+        Arc::new(Storm {
+            insn_calls: AtomicU64::new(0),
+            load_calls: AtomicU64::new(0),
+            store_calls: AtomicU64::new(0),
+            resets: AtomicU64::new(0),
+            last_stored: AtomicU64::new(0),
+            bad_values: AtomicU64::new(0),
+            stale_calls: AtomicU64::new(0),
+            flushes: AtomicU64::new(0),
+            every,
+            from,
+            handle: OnceLock::new(),
+        })
+    }
+}
+
+/// The storm plugin: counts everything, resets every `every`-th load.
+struct StormInstr(Arc<Storm>);
+
+impl Instrumentation for StormInstr {
+    fn translate(&self, tb: &TbView<'_>, plan: &mut TbPlan) {
+        // Each translation records the flush count it belongs to; a callback
+        // running after a later flush would be a use of a retired list.
+        let generation = self.0.flushes.load(Relaxed);
+        for (insn, info) in plan.insns_mut().iter_mut().zip(tb.insns()) {
+            let st = self.0.clone();
+            let load = is_load(info.raw);
+            insn.on_execute(Action::Callback(Arc::new(move |ctx: &mut CallbackContext<'_>| {
+                if st.flushes.load(Relaxed) != generation {
+                    st.stale_calls.fetch_add(1, Relaxed);
+                }
+                st.insn_calls.fetch_add(1, Relaxed);
+                if load {
+                    let k = st.load_calls.load(Relaxed) + 1;
+                    if k % st.every == 0 {
+                        match st.from {
+                            ResetFrom::InsnCallback => ctx.request_flush(),
+                            ResetFrom::Handle => st.handle.get().expect("handle").request_flush(),
+                            ResetFrom::MemCallback => {}
+                        }
+                        if st.from != ResetFrom::MemCallback {
+                            st.resets.fetch_add(1, Relaxed);
+                        }
+                    }
+                }
+            })));
+            let st = self.0.clone();
+            insn.on_memory(
+                MemFilter::All,
+                MemAction::Callback(Arc::new(move |ctx: &mut CallbackContext<'_>, access: &MemAccessInfo| {
+                    if st.flushes.load(Relaxed) != generation {
+                        st.stale_calls.fetch_add(1, Relaxed);
+                    }
+                    if access.is_store {
+                        st.store_calls.fetch_add(1, Relaxed);
+                        if access.addr == DATA {
+                            st.last_stored.store(access.value, Relaxed);
+                        }
+                    } else {
+                        let k = st.load_calls.fetch_add(1, Relaxed) + 1;
+                        if access.addr == DATA && access.value != st.last_stored.load(Relaxed) {
+                            st.bad_values.fetch_add(1, Relaxed);
+                        }
+                        if st.from == ResetFrom::MemCallback && k % st.every == 0 {
+                            ctx.request_flush();
+                            st.resets.fetch_add(1, Relaxed);
+                        }
+                    }
+                })),
+            );
+        }
+    }
+
+    fn flushed(&self) {
+        self.0.flushes.fetch_add(1, Relaxed);
+    }
+}
+
+fn storm(every: u64, from: ResetFrom) {
+    const N: u64 = 2000;
+    let mut mem = machine(&storm_program(N as i32));
+    let mut engine = Engine::new(Toy);
+    let st = Storm::new(every, from);
+    st.handle.set(engine.flush_handle()).expect("set once");
+    engine.set_instrumentation(Some(Arc::new(StormInstr(st.clone()))));
+    let mut cpu = cpu_at(CODE);
+    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
+    assert_eq!(cpu.x[1], N);
+    assert_eq!(cpu.x[3], N, "guest result unchanged");
+
+    let stats = engine.stats();
+    let label = format!("every {every} from {from:?}");
+    assert_eq!(st.insn_calls.load(Relaxed), stats.insns_executed, "{label}");
+    assert_eq!(stats.insns_executed, loop_insns(N), "{label}");
+    // One load per iteration (the prologue has none).
+    assert_eq!(st.load_calls.load(Relaxed), N, "{label}");
+    assert_eq!(st.store_calls.load(Relaxed), N, "{label}");
+    assert_eq!(st.bad_values.load(Relaxed), 0, "{label}");
+    assert_eq!(st.stale_calls.load(Relaxed), 0, "{label}");
+    let resets = st.resets.load(Relaxed);
+    assert_eq!(resets, N / every, "{label}");
+    assert_eq!(st.flushes.load(Relaxed), resets, "one flush per reset: {label}");
+    assert!(stats.tbs_translated > resets, "{label}");
+    assert_eq!(stats.live_generations, 1, "retired generations reclaimed: {label}");
+    assert_eq!(stats.retired_bytes, 0, "{label}");
+}
+
+#[test]
+fn reset_from_the_instruction_callback_of_a_load() {
+    for every in [1, 7, 1000] {
+        storm(every, ResetFrom::InsnCallback);
+    }
+}
+
+#[test]
+fn reset_from_the_memory_callback_of_a_load() {
+    for every in [1, 7, 1000] {
+        storm(every, ResetFrom::MemCallback);
+    }
+}
+
+#[test]
+fn reset_through_a_flush_handle_from_a_callback() {
+    for every in [1, 7, 1000] {
+        storm(every, ResetFrom::Handle);
+    }
+}
+
+#[test]
+fn reset_inside_an_atomic_keeps_the_store_callbacks_of_that_instruction() {
+    // amoadd loads then stores; the flush requested by the load's memory
+    // callback must not cut off the store's callback of the same instruction.
+    let code = [addi(6, 0, 1), amoadd(6, 4), amoadd(6, 4), amoadd(6, 4), syscall()];
+    let mut mem = machine(&code);
+    mem.store(DATA, 8, 40).unwrap();
+    let mut engine = Engine::new(Toy);
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let flushes = Arc::new(AtomicU64::new(0));
+    let (l, f) = (log.clone(), flushes.clone());
+    let instr = Arc::new(Instr {
+        plan: move |_tb: &TbView<'_>, plan: &mut TbPlan| {
+            let l = l.clone();
+            let generation = f.load(Relaxed);
+            let f = f.clone();
+            let cb: MemCallback = Arc::new(move |ctx: &mut CallbackContext<'_>, access: &MemAccessInfo| {
+                if !access.is_store {
+                    ctx.request_flush();
+                }
+                l.lock().unwrap().push((ctx.pc(), access.is_store, access.value, generation, f.load(Relaxed)));
+            });
+            for insn in plan.insns_mut() {
+                insn.on_memory(MemFilter::All, MemAction::Callback(cb.clone()));
+            }
+        },
+        translations: AtomicU64::new(0),
+        flushes: flushes.clone(),
+    });
+    engine.set_instrumentation(Some(instr.clone()));
+    let mut cpu = cpu_at(CODE);
+    cpu.x[4] = DATA;
+    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
+    assert_eq!(mem.load(DATA, 8), Ok(122));
+    let log = log.lock().unwrap();
+    let expect = [
+        (CODE + 4, false, 40, 0, 0),
+        (CODE + 4, true, 41, 0, 0),
+        (CODE + 8, false, 41, 1, 1),
+        (CODE + 8, true, 81, 1, 1),
+        (CODE + 12, false, 81, 2, 2),
+        (CODE + 12, true, 122, 2, 2),
+    ];
+    assert_eq!(*log, expect);
+    assert_eq!(flushes.load(Relaxed), 3);
+    assert_eq!(instr.translations.load(Relaxed), 4);
+    assert_eq!(engine.stats().live_generations, 1);
+}

@@ -1,0 +1,114 @@
+//! `cargo xtask fixtures`: rebuild the guest programs in fixtures/guests/.
+//!
+//! Each `src/NAME.c` becomes a static RV64 executable `NAME` built with
+//! Debian's cross compiler, so `cargo test` itself never needs the compiler.
+//! Then, if `qemu-riscv64` is installed, the differential tests record its
+//! output in `expected/` (the reference used where qemu is missing).
+
+use anyhow::{Context, Result, bail};
+use std::path::Path;
+use std::process::Command;
+
+/// The cross compiler the fixtures are built (and checked) with.
+const CC: &str = "riscv64-linux-gnu-gcc";
+
+/// Fixtures that keep their symbol table (for symbolising tools and plugins);
+/// all others are stripped to keep the repository small.
+const UNSTRIPPED: &[&str] = &["integer"];
+
+/// Rebuilds every fixture under `root/fixtures/guests`.
+pub fn run(root: &Path) -> Result<()> {
+    ensure_compiler()?;
+    let dir = root.join("fixtures").join("guests");
+    let src = dir.join("src");
+    let mut sources: Vec<_> = std::fs::read_dir(&src)
+        .with_context(|| format!("reading {}", src.display()))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "c"))
+        .collect();
+    sources.sort();
+    if sources.is_empty() {
+        bail!("no C sources in {}", src.display());
+    }
+    for source in &sources {
+        let name = source
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .context("fixture source name is not UTF-8")?;
+        let out = dir.join(name);
+        let mut cmd = Command::new(CC);
+        cmd.args(["-O2", "-static", "-Wall", "-Werror"]);
+        if !UNSTRIPPED.contains(&name) {
+            cmd.arg("-s");
+        }
+        // Reproducible builds: no build id differences from paths.
+        cmd.arg("-ffile-prefix-map=".to_string() + &dir.display().to_string() + "=.");
+        cmd.arg("-o").arg(&out).arg(source).arg("-lm");
+        let status = cmd.status().with_context(|| format!("running {CC}"))?;
+        if !status.success() {
+            bail!("{CC} failed on {} ({status})", source.display());
+        }
+        println!("built fixtures/guests/{name}");
+    }
+    record_expected(root)
+}
+
+/// Re-records qemu-riscv64's stdout and status for every differential case.
+fn record_expected(root: &Path) -> Result<()> {
+    let qemu = Command::new("qemu-riscv64")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !qemu {
+        println!("qemu-riscv64 not found: fixtures/guests/expected/ left as it is");
+        return Ok(());
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["test", "-p", "tcgkit-cli", "--test", "run_differential"])
+        .env("TCGKIT_BLESS", "1")
+        .current_dir(root)
+        .status()
+        .context("running the differential tests")?;
+    if !status.success() {
+        bail!("differential tests failed while recording expected output ({status})");
+    }
+    println!("recorded qemu-riscv64 output in fixtures/guests/expected/");
+    Ok(())
+}
+
+/// Checks that the cross compiler exists; installs it with apt-get when
+/// running as root on a Debian-like system, otherwise says what to install.
+fn ensure_compiler() -> Result<()> {
+    if compiler_works() {
+        return Ok(());
+    }
+    let packages = ["gcc-riscv64-linux-gnu", "libc6-dev-riscv64-cross"];
+    let is_root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.status.success() && o.stdout.trim_ascii() == b"0");
+    if !is_root {
+        bail!(
+            "{CC} not found; install it with `sudo apt-get install {}`",
+            packages.join(" ")
+        );
+    }
+    println!("{CC} not found; installing {}", packages.join(" "));
+    let status = Command::new("apt-get")
+        .args(["install", "-y", "--no-install-recommends"])
+        .args(packages)
+        .status()
+        .context("running apt-get")?;
+    if !status.success() || !compiler_works() {
+        bail!("could not install {CC} ({status})");
+    }
+    Ok(())
+}
+
+fn compiler_works() -> bool {
+    Command::new(CC)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
