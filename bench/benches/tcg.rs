@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
 use tcgkit_tcg_core::{
-    Action, CallbackContext, CpuExit, DecodeError, Decoded, Engine, Flow, Frontend, GuestMemory, InlineKind,
-    InlineOp, InsnCallback, Instrumentation, MemAccess, MemAccessInfo, MemAction, MemCallback, MemFilter, PAGE_SIZE,
-    Perms, Scoreboard, TbPlan, TbView,
+    Action, CallbackContext, CpuExit, DecodeError, Decoded, Engine, Flow, Frontend, GuestMemory,
+    InlineKind, InlineOp, InsnCallback, Instrumentation, MemAccess, MemAccessInfo, MemAction,
+    MemCallback, MemFilter, PAGE_SIZE, Perms, Scoreboard, TbPlan, TbView,
 };
 
 /// Toy ISA: `opcode:8 | rd:4 | rs:4 | imm:16`.
@@ -57,7 +57,11 @@ impl Frontend for Toy {
         let mut w = [0u8; 4];
         mem.fetch(pc, &mut w).map_err(DecodeError::Fault)?;
         let raw = u32::from_le_bytes(w);
-        let (rd, rs, imm) = (((raw >> 20) & 15) as u8, ((raw >> 16) & 15) as u8, i64::from(raw as u16 as i16));
+        let (rd, rs, imm) = (
+            ((raw >> 20) & 15) as u8,
+            ((raw >> 16) & 15) as u8,
+            i64::from(raw as u16 as i16),
+        );
         let (op, ends_block) = match raw >> 24 {
             1 => (Op::Addi { rd, rs, imm }, false),
             2 => (Op::Load { rd, rs, imm }, false),
@@ -67,7 +71,12 @@ impl Frontend for Toy {
             6 => (Op::Syscall, true),
             _ => return Err(DecodeError::Illegal { pc, raw }),
         };
-        Ok(Decoded { op, len: 4, raw, ends_block })
+        Ok(Decoded {
+            op,
+            len: 4,
+            raw,
+            ends_block,
+        })
     }
     #[inline(always)]
     fn execute<M: MemAccess>(cpu: &mut Cpu, op: &Op, pc: u64, mem: &mut M) -> Flow {
@@ -77,18 +86,24 @@ impl Frontend for Toy {
                 cpu.x[usize::from(rd & 15)] = r(cpu, rs).wrapping_add(imm as u64);
                 Flow::Next
             }
-            Op::Load { rd, rs, imm } => match mem.load(r(cpu, rs).wrapping_add(imm as u64), 8, false) {
-                Ok(v) => {
-                    cpu.x[usize::from(rd & 15)] = v;
-                    Flow::Next
+            Op::Load { rd, rs, imm } => {
+                match mem.load(r(cpu, rs).wrapping_add(imm as u64), 8, false) {
+                    Ok(v) => {
+                        cpu.x[usize::from(rd & 15)] = v;
+                        Flow::Next
+                    }
+                    Err(f) => Flow::Exit(CpuExit::Fault(f)),
                 }
-                Err(f) => Flow::Exit(CpuExit::Fault(f)),
-            },
-            Op::Store { rd, rs, imm } => match mem.store(r(cpu, rs).wrapping_add(imm as u64), 8, r(cpu, rd)) {
-                Ok(()) => Flow::Next,
-                Err(f) => Flow::Exit(CpuExit::Fault(f)),
-            },
-            Op::Bne { rd, rs, imm } if r(cpu, rd) != r(cpu, rs) => Flow::Jump(pc.wrapping_add(imm as u64)),
+            }
+            Op::Store { rd, rs, imm } => {
+                match mem.store(r(cpu, rs).wrapping_add(imm as u64), 8, r(cpu, rd)) {
+                    Ok(()) => Flow::Next,
+                    Err(f) => Flow::Exit(CpuExit::Fault(f)),
+                }
+            }
+            Op::Bne { rd, rs, imm } if r(cpu, rd) != r(cpu, rs) => {
+                Flow::Jump(pc.wrapping_add(imm as u64))
+            }
             Op::Bne { .. } => Flow::Next,
             Op::Jmp { imm } => Flow::Jump(pc.wrapping_add(imm as u64)),
             Op::Syscall => Flow::Exit(CpuExit::Syscall),
@@ -100,7 +115,10 @@ impl Frontend for Toy {
     fn read_register(cpu: &Cpu, name: &str) -> Option<u64> {
         match name {
             "pc" => Some(cpu.pc),
-            _ => cpu.x.get(name.strip_prefix('r')?.parse::<usize>().ok()?).copied(),
+            _ => cpu
+                .x
+                .get(name.strip_prefix('r')?.parse::<usize>().ok()?)
+                .copied(),
         }
     }
     fn register_names(&self) -> &'static [&'static str] {
@@ -117,9 +135,11 @@ const BODY: u64 = 8;
 fn memory_with(code: &[u32]) -> GuestMemory {
     let mut mem = GuestMemory::new();
     let bytes: Vec<u8> = code.iter().flat_map(|w| w.to_le_bytes()).collect();
-    mem.map(CODE, bytes.len() as u64, Perms::READ | Perms::EXEC).expect("map code");
+    mem.map(CODE, bytes.len() as u64, Perms::READ | Perms::EXEC)
+        .expect("map code");
     mem.write_initial(CODE, &bytes).expect("load code");
-    mem.map(DATA, PAGE_SIZE, Perms::READ | Perms::WRITE).expect("map data");
+    mem.map(DATA, PAGE_SIZE, Perms::READ | Perms::WRITE)
+        .expect("map data");
     mem
 }
 
@@ -128,13 +148,13 @@ fn loop_program() -> Vec<u32> {
     vec![
         enc(1, 2, 0, ITERATIONS),
         enc(1, 4, 0, DATA as i32),
-        enc(1, 1, 1, 1),  // loop: r1 += 1
-        enc(2, 3, 4, 0),  // r3 = [r4]
-        enc(1, 3, 3, 3),  // r3 += 3
-        enc(3, 3, 4, 8),  // [r4 + 8] = r3
-        enc(1, 5, 5, 1),  // r5 += 1
-        enc(1, 6, 5, 2),  // r6 = r5 + 2
-        enc(1, 7, 6, -1), // r7 = r6 - 1
+        enc(1, 1, 1, 1),   // loop: r1 += 1
+        enc(2, 3, 4, 0),   // r3 = [r4]
+        enc(1, 3, 3, 3),   // r3 += 3
+        enc(3, 3, 4, 8),   // [r4 + 8] = r3
+        enc(1, 5, 5, 1),   // r5 += 1
+        enc(1, 6, 5, 2),   // r6 = r5 + 2
+        enc(1, 7, 6, -1),  // r7 = r6 - 1
         enc(4, 1, 2, -28), // bne r1, r2, loop
         enc(6, 0, 0, 0),
     ]
@@ -154,7 +174,10 @@ impl Instrumentation for Attach {
 
 fn bench_dispatch(c: &mut Criterion) {
     let mut group = c.benchmark_group("tcg_dispatch");
-    group.sample_size(20).measurement_time(Duration::from_secs(2)).warm_up_time(Duration::from_millis(500));
+    group
+        .sample_size(20)
+        .measurement_time(Duration::from_secs(2))
+        .warm_up_time(Duration::from_millis(500));
     group.throughput(Throughput::Elements(loop_insns()));
     let board = Arc::new(Scoreboard::new(1, 1));
     let calls = Arc::new(AtomicU64::new(0));
@@ -166,9 +189,11 @@ fn bench_dispatch(c: &mut Criterion) {
     };
     let mem_cb: MemCallback = {
         let calls = calls.clone();
-        Arc::new(move |_ctx: &mut CallbackContext<'_>, info: &MemAccessInfo| {
-            calls.fetch_add(info.size.into(), Ordering::Relaxed);
-        })
+        Arc::new(
+            move |_ctx: &mut CallbackContext<'_>, info: &MemAccessInfo| {
+                calls.fetch_add(info.size.into(), Ordering::Relaxed);
+            },
+        )
     };
     let variants: Vec<(&str, Option<Attach>)> = vec![
         ("uninstrumented", None),
@@ -209,7 +234,10 @@ fn bench_dispatch(c: &mut Criterion) {
         let mut mem = memory_with(&loop_program());
         group.bench_function(name, |b| {
             b.iter(|| {
-                let mut cpu = Cpu { pc: CODE, x: [0; 16] };
+                let mut cpu = Cpu {
+                    pc: CODE,
+                    x: [0; 16],
+                };
                 let exit = engine.run(&mut cpu, &mut mem);
                 assert_eq!(exit, CpuExit::Syscall);
                 black_box(cpu.x[7])
@@ -230,25 +258,36 @@ fn chain_program(n: usize) -> Vec<u32> {
 /// An engine with `n` cached blocks (plus the final syscall block).
 fn engine_with_blocks(mem: &mut GuestMemory) -> Engine<Toy> {
     let mut engine = Engine::new(Toy);
-    let mut cpu = Cpu { pc: CODE, x: [0; 16] };
+    let mut cpu = Cpu {
+        pc: CODE,
+        x: [0; 16],
+    };
     assert_eq!(engine.run(&mut cpu, mem), CpuExit::Syscall);
     engine
 }
 
 fn bench_invalidate(c: &mut Criterion) {
     let mut group = c.benchmark_group("tcg_invalidate");
-    group.sample_size(20).measurement_time(Duration::from_secs(2)).warm_up_time(Duration::from_millis(500));
+    group
+        .sample_size(20)
+        .measurement_time(Duration::from_secs(2))
+        .warm_up_time(Duration::from_millis(500));
     let n = 100_000;
     let mut mem = memory_with(&chain_program(n));
     let mut engine = engine_with_blocks(&mut mem);
     // The range holds no block: the cost of finding out, with 1e5 cached.
-    group.bench_function("empty_page_of_1e5", |b| b.iter(|| engine.invalidate_range(black_box(DATA), PAGE_SIZE)));
+    group.bench_function("empty_page_of_1e5", |b| {
+        b.iter(|| engine.invalidate_range(black_box(DATA), PAGE_SIZE))
+    });
     // Invalidate one block and translate it again (the fence.i / SMC path).
     let target = CODE + 4 * 5000;
     group.bench_function("one_block_and_retranslate_of_1e5", |b| {
         b.iter(|| {
             engine.invalidate_range(black_box(target), 4);
-            let mut cpu = Cpu { pc: CODE + 4 * (n as u64 - 1), x: [0; 16] };
+            let mut cpu = Cpu {
+                pc: CODE + 4 * (n as u64 - 1),
+                x: [0; 16],
+            };
             engine.run(&mut cpu, &mut mem)
         })
     });
@@ -263,7 +302,10 @@ fn median(mut v: Vec<Duration>) -> Duration {
 /// Flush cost against cache size, timed directly (see the file comment).
 fn flush_sweep() {
     println!("\ntcg_flush: cost of a mass flush against cached blocks (median of runs)");
-    println!("{:>9} {:>6} {:>14} {:>18} {:>14}", "blocks", "runs", "flush (retire)", "reclaim (free)", "retired MiB");
+    println!(
+        "{:>9} {:>6} {:>14} {:>18} {:>14}",
+        "blocks", "runs", "flush (retire)", "reclaim (free)", "retired MiB"
+    );
     for (n, runs) in [(1_000usize, 15), (10_000, 11), (100_000, 7), (1_000_000, 5)] {
         let mut mem = memory_with(&chain_program(n));
         let (mut retire, mut reclaim, mut mib) = (Vec::new(), Vec::new(), 0.0);
@@ -272,7 +314,10 @@ fn flush_sweep() {
             // A second vCPU still inside the generation keeps it parked, so the
             // flush itself and the later release are timed apart.
             let mut other = engine.new_vcpu();
-            let mut cpu = Cpu { pc: CODE + 4 * n as u64, x: [0; 16] };
+            let mut cpu = Cpu {
+                pc: CODE + 4 * n as u64,
+                x: [0; 16],
+            };
             engine.run_vcpu(&mut other, &mut cpu, &mut mem);
             assert_eq!(engine.stats().tbs_cached as usize, n + 1);
             let t = Instant::now();
@@ -307,7 +352,9 @@ fn main() {
     // Like criterion, honour a name filter (any argument not a flag).
     let args: Vec<String> = std::env::args().skip(1).collect();
     let test_mode = args.iter().any(|a| a == "--test" || a == "--list");
-    let filtered_out = args.iter().any(|a| !a.starts_with('-') && !"tcg_flush".contains(a.as_str()));
+    let filtered_out = args
+        .iter()
+        .any(|a| !a.starts_with('-') && !"tcg_flush".contains(a.as_str()));
     if !test_mode && !filtered_out {
         flush_sweep();
     }

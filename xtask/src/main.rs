@@ -53,7 +53,14 @@ fn ci(root: &Path) -> Result<()> {
     cargo(root, &["fmt", "--all", "--check"])?;
     cargo(
         root,
-        &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"],
+        &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
     )?;
     test(root)
 }

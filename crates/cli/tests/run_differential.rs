@@ -174,6 +174,19 @@ fn fileio_with_arguments_stdin_and_env() {
 }
 
 #[test]
+fn fileio_large_stdin() {
+    // Several reads of 4096 bytes, a partial last one, and every letter.
+    let text: Vec<u8> = (0..150_000u32)
+        .map(|i| match i % 61 {
+            0 => b'\n',
+            n if n % 7 == 0 => b' ',
+            n => b'a' + ((i / 61 + n) % 26) as u8,
+        })
+        .collect();
+    differential("fileio_large_stdin", "fileio", &["big"], &text);
+}
+
+#[test]
 fn fileio_empty_stdin() {
     differential("fileio_empty_stdin", "fileio", &[], b"");
 }

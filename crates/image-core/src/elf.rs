@@ -85,10 +85,11 @@ pub struct ElfInfo {
     pub(crate) build_id: Option<Range<usize>>,
 }
 
-fn err(e: object::Error, what: &str) -> ImageError {
-    // `object` reports no offsets; name what we were reading instead.
+/// `object` reports no offsets, so the caller passes where the structure
+/// being read starts.
+fn err(e: object::Error, what: &str, offset: u64) -> ImageError {
     ImageError::Malformed {
-        offset: 0,
+        offset,
         what: format!("ELF {what}: {e}"),
     }
 }
@@ -115,11 +116,12 @@ fn parse_as<H: FileHeader<Endian = Endianness>>(
     data: &[u8],
     class: ElfClass,
 ) -> Result<ElfInfo, ImageError> {
-    let h = H::parse(data).map_err(|e| err(e, "header"))?;
-    let endian = h.endian().map_err(|e| err(e, "header"))?;
+    let h = H::parse(data).map_err(|e| err(e, "header", 0))?;
+    let endian = h.endian().map_err(|e| err(e, "header", 5))?;
+    let phoff: u64 = h.e_phoff(endian).into();
     let phdrs = h
         .program_headers(endian, data)
-        .map_err(|e| err(e, "program headers"))?;
+        .map_err(|e| err(e, "program headers", phoff))?;
     let mut segments = Vec::new();
     let (mut interpreter, mut has_dynamic, mut build_id) = (None, false, None);
     for ph in phdrs {
@@ -148,10 +150,16 @@ fn parse_as<H: FileHeader<Endian = Endianness>>(
             }
             elf::PT_DYNAMIC => has_dynamic = true,
             elf::PT_NOTE if build_id.is_none() => {
-                let Some(mut notes) = ph.notes(endian, data).map_err(|e| err(e, "PT_NOTE"))? else {
+                let Some(mut notes) = ph
+                    .notes(endian, data)
+                    .map_err(|e| err(e, "PT_NOTE", ph.p_offset(endian).into()))?
+                else {
                     continue;
                 };
-                while let Some(note) = notes.next().map_err(|e| err(e, "note"))? {
+                while let Some(note) = notes
+                    .next()
+                    .map_err(|e| err(e, "note", ph.p_offset(endian).into()))?
+                {
                     if note.name() == b"GNU" && note.n_type(endian) == elf::NT_GNU_BUILD_ID {
                         let desc = note.desc();
                         // `desc` borrows from `data`, so its address gives its offset.
@@ -175,7 +183,7 @@ fn parse_as<H: FileHeader<Endian = Endianness>>(
         machine: h.e_machine(endian),
         elf_type: h.e_type(endian),
         entry: h.e_entry(endian).into(),
-        phoff: h.e_phoff(endian).into(),
+        phoff,
         phnum: phdrs.len() as u32,
         phentsize: h.e_phentsize(endian),
         segments,

@@ -378,3 +378,43 @@ fn tables_stream_offset(b: &[u8], root: usize) -> usize {
     }
     panic!("no #~ stream");
 }
+
+#[test]
+fn uncompressed_tables_stream_reads_the_same() {
+    // Renaming "#~" to "#-" (same length) gives the uncompressed-stream form.
+    let clean = read("assemblies/I18N.West.dll");
+    let bsjb = clean.windows(4).position(|w| w == b"BSJB").unwrap();
+    let name = clean[bsjb..].windows(3).position(|w| w == b"#~\0").unwrap() + bsjb;
+    let mut b = clean.clone();
+    b[name + 1] = b'-';
+    let img = Image::from_bytes(b).unwrap();
+    let md = img.metadata().unwrap();
+    assert!(md.is_uncompressed());
+    let orig = Image::from_bytes(clean).unwrap();
+    assert_eq!(img.assembly_name(), orig.assembly_name());
+    assert_eq!(img.assembly_refs().unwrap(), orig.assembly_refs().unwrap());
+    for t in Table::ALL {
+        assert_eq!(md.row_count(*t), orig.metadata().unwrap().row_count(*t));
+    }
+}
+
+#[test]
+fn invalid_utf8_in_the_strings_heap_names_its_offset() {
+    let clean = read("assemblies/Hello.netmodule");
+    let img = Image::from_bytes(clean.clone()).unwrap();
+    // Corrupt the first byte of the module name.
+    let at = clean
+        .windows(16)
+        .position(|w| w == b"Hello.netmodule\0")
+        .unwrap();
+    let mut b = clean.clone();
+    b[at] = 0xff;
+    match Image::from_bytes(b).unwrap_err() {
+        ImageError::Malformed { offset, what } => {
+            assert_eq!(offset, at as u64);
+            assert!(what.contains("UTF-8"), "{what}");
+        }
+        e => panic!("unexpected {e}"),
+    }
+    assert_eq!(img.module_name(), Some("Hello.netmodule"));
+}

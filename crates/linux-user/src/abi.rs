@@ -19,7 +19,10 @@ pub mod nr {
     pub const SYMLINKAT: u64 = 36;
     pub const LINKAT: u64 = 37;
     pub const RENAMEAT: u64 = 38;
+    pub const STATFS: u64 = 43;
+    pub const FSTATFS: u64 = 44;
     pub const FTRUNCATE: u64 = 46;
+    pub const FALLOCATE: u64 = 47;
     pub const FACCESSAT: u64 = 48;
     pub const CHDIR: u64 = 49;
     pub const FCHDIR: u64 = 50;
@@ -40,6 +43,7 @@ pub mod nr {
     pub const PWRITE64: u64 = 68;
     pub const PREADV: u64 = 69;
     pub const PWRITEV: u64 = 70;
+    pub const PPOLL: u64 = 73;
     pub const READLINKAT: u64 = 78;
     pub const NEWFSTATAT: u64 = 79;
     pub const FSTAT: u64 = 80;
@@ -62,12 +66,18 @@ pub mod nr {
     pub const KILL: u64 = 129;
     pub const TKILL: u64 = 130;
     pub const TGKILL: u64 = 131;
+    pub const SIGALTSTACK: u64 = 132;
     pub const RT_SIGACTION: u64 = 134;
     pub const RT_SIGPROCMASK: u64 = 135;
+    pub const GETPGID: u64 = 155;
+    pub const GETSID: u64 = 156;
+    pub const GETGROUPS: u64 = 158;
     pub const UNAME: u64 = 160;
     pub const GETRLIMIT: u64 = 163;
     pub const SETRLIMIT: u64 = 164;
     pub const UMASK: u64 = 166;
+    pub const PRCTL: u64 = 167;
+    pub const GETCPU: u64 = 168;
     pub const GETTIMEOFDAY: u64 = 169;
     pub const GETPID: u64 = 172;
     pub const GETPPID: u64 = 173;
@@ -88,6 +98,7 @@ pub mod nr {
     pub const PRLIMIT64: u64 = 261;
     pub const RENAMEAT2: u64 = 276;
     pub const GETRANDOM: u64 = 278;
+    pub const STATX: u64 = 291;
     pub const RSEQ: u64 = 293;
     pub const FACCESSAT2: u64 = 439;
 }
@@ -107,7 +118,10 @@ pub fn syscall_name(number: u64) -> Option<&'static str> {
         SYMLINKAT => "symlinkat",
         LINKAT => "linkat",
         RENAMEAT => "renameat",
+        STATFS => "statfs",
+        FSTATFS => "fstatfs",
         FTRUNCATE => "ftruncate",
+        FALLOCATE => "fallocate",
         FACCESSAT => "faccessat",
         CHDIR => "chdir",
         FCHDIR => "fchdir",
@@ -128,6 +142,7 @@ pub fn syscall_name(number: u64) -> Option<&'static str> {
         PWRITE64 => "pwrite64",
         PREADV => "preadv",
         PWRITEV => "pwritev",
+        PPOLL => "ppoll",
         READLINKAT => "readlinkat",
         NEWFSTATAT => "newfstatat",
         FSTAT => "fstat",
@@ -150,12 +165,18 @@ pub fn syscall_name(number: u64) -> Option<&'static str> {
         KILL => "kill",
         TKILL => "tkill",
         TGKILL => "tgkill",
+        SIGALTSTACK => "sigaltstack",
         RT_SIGACTION => "rt_sigaction",
         RT_SIGPROCMASK => "rt_sigprocmask",
+        GETPGID => "getpgid",
+        GETSID => "getsid",
+        GETGROUPS => "getgroups",
         UNAME => "uname",
         GETRLIMIT => "getrlimit",
         SETRLIMIT => "setrlimit",
         UMASK => "umask",
+        PRCTL => "prctl",
+        GETCPU => "getcpu",
         GETTIMEOFDAY => "gettimeofday",
         GETPID => "getpid",
         GETPPID => "getppid",
@@ -176,6 +197,7 @@ pub fn syscall_name(number: u64) -> Option<&'static str> {
         PRLIMIT64 => "prlimit64",
         RENAMEAT2 => "renameat2",
         GETRANDOM => "getrandom",
+        STATX => "statx",
         RSEQ => "rseq",
         FACCESSAT2 => "faccessat2",
         _ => return None,

@@ -89,9 +89,10 @@ pub(crate) fn load_image(image: &Image, mem: &mut GuestMemory) -> Result<LoadedI
         let lead = vaddr - start;
         let file_start = seg.offset - lead;
         let file_len = seg.filesz + lead;
+        let file_end = file_start.checked_add(file_len).ok_or_else(|| bad("file range overflows"))?;
         let data = usize::try_from(file_start)
             .ok()
-            .zip(usize::try_from(file_start + file_len).ok())
+            .zip(usize::try_from(file_end).ok())
             .and_then(|(a, b)| file.get(a..b))
             .ok_or_else(|| bad("file data lies outside the file"))?;
         mem.write_initial(start, data)
@@ -135,7 +136,7 @@ fn check_header(elf: &ElfInfo) -> Result<(), LoadError> {
 fn phdr_address(elf: &ElfInfo) -> Option<u64> {
     elf.segments.iter().find_map(|seg| {
         let inside = elf.phoff >= seg.offset && elf.phoff - seg.offset < seg.filesz;
-        inside.then(|| seg.vaddr + (elf.phoff - seg.offset))
+        inside.then(|| seg.vaddr.wrapping_add(elf.phoff - seg.offset))
     })
 }
 

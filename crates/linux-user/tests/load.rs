@@ -178,16 +178,19 @@ fn files_that_cannot_run_get_clear_errors() {
     let err = Process::load(&truncated, &args, &[]).expect_err("truncated");
     assert!(!err.to_string().is_empty());
 
-    // Arbitrary corruption of the headers: an error or a runnable image,
-    // never a panic.
+    // Arbitrary corruption of the ELF and program headers: an error or a
+    // loadable image, never a panic (TCGKIT_FUZZ_ROUNDS to run longer).
+    const DEFAULT_ROUNDS: u64 = 300;
+    let rounds = std::env::var("TCGKIT_FUZZ_ROUNDS").ok().and_then(|v| v.parse().ok());
+    let rounds: u64 = rounds.unwrap_or(DEFAULT_ROUNDS);
     let mut seed = 0x2545_f491_4f6c_dd1du64;
-    for round in 0..300 {
-        let mut bytes = original[..4096.min(original.len())].to_vec();
+    for round in 0..rounds {
+        let mut bytes = original.clone();
         for _ in 0..1 + round % 8 {
             seed ^= seed << 13;
             seed ^= seed >> 7;
             seed ^= seed << 17;
-            let at = (seed % 256) as usize;
+            let at = (seed % 512) as usize;
             bytes[at] = (seed >> 32) as u8;
         }
         let p = write("fuzz", &bytes);
@@ -198,4 +201,51 @@ fn files_that_cannot_run_get_clear_errors() {
     let err = Process::load(&fixture("faults"), &huge_args, &[]).expect_err("too large");
     assert!(matches!(err, LoadError::ArgumentsTooLarge { .. }), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Records what the observer hook sees.
+struct Recorder(std::sync::Arc<std::sync::Mutex<Vec<(u64, Option<u64>)>>>);
+
+impl tcgkit_linux_user::SyscallObserver for Recorder {
+    fn on_syscall(&mut self, number: u64, _args: &[u64; 6]) {
+        self.0.lock().expect("lock").push((number, None));
+    }
+    fn on_syscall_return(&mut self, number: u64, ret: u64) {
+        let mut log = self.0.lock().expect("lock");
+        let last = log.last_mut().expect("a call precedes its return");
+        assert_eq!(last.0, number);
+        last.1 = Some(ret);
+    }
+}
+
+#[test]
+fn syscall_observer_sees_every_call_and_return() {
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut process =
+        Process::load(&fixture("faults"), &os(&["faults", "exit=5"]), &[]).expect("load");
+    process.set_syscall_observer(Box::new(Recorder(log.clone())));
+    assert_eq!(process.run(), GuestExit::Exited(5));
+    let log = log.lock().expect("lock");
+    let brk = tcgkit_linux_user::abi::nr::BRK;
+    let exit_group = tcgkit_linux_user::abi::nr::EXIT_GROUP;
+    assert_eq!(
+        log.first().map(|e| e.0),
+        Some(brk),
+        "glibc starts with brk(NULL)"
+    );
+    assert_eq!(
+        log.last(),
+        Some(&(exit_group, None)),
+        "exit_group never returns"
+    );
+    let write = tcgkit_linux_user::abi::nr::WRITE;
+    assert!(
+        log.contains(&(write, Some(15))),
+        "write of \"faults: exit=5\\n\": {log:?}"
+    );
+    assert!(
+        log[..log.len() - 1].iter().all(|e| e.1.is_some()),
+        "every other call returned"
+    );
+    assert!(process.engine().stats().insns_executed > 1000);
 }

@@ -268,6 +268,7 @@ fn chrome_trace_has_instants_counters_and_vcpu_spans() {
     raise_everything(&profiler);
     let summary = session.finish().unwrap();
     assert_eq!(summary.events, 3007);
+    assert!(!session.handle().is_active(), "finish unregisters the sink");
     let events = chrome_events(&out.text());
     let flush = events.iter().find(|e| e["name"] == "tb flush").unwrap();
     assert_eq!(
@@ -398,6 +399,28 @@ impl Write for FailingWriter {
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }
+}
+
+#[test]
+fn a_session_can_leave_kinds_out() {
+    let out = Shared::default();
+    let profiler = Profiler::new();
+    let session = TraceSession::with_writer(
+        &profiler,
+        Box::new(out.clone()),
+        TraceFormat::JsonLines,
+        TraceMode::Streaming,
+    )
+    .unwrap();
+    session
+        .handle()
+        .unsubscribe(tcgkit_profiler::EventKind::TbTranslated);
+    raise_everything(&profiler);
+    let summary = session.finish().unwrap();
+    assert_eq!(summary.events, 7);
+    let text = out.text();
+    assert!(!text.contains("tb_translated"));
+    assert_eq!(text.lines().count(), 8, "7 events and trace_end");
 }
 
 #[test]

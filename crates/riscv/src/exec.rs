@@ -290,7 +290,7 @@ fn load_reserved<M: MemAccess>(cpu: &mut Cpu, mem: &mut M, rd: u8, rs1: u8, size
     if addr & (u64::from(size) - 1) != 0 {
         return misaligned(addr, AccessKind::Read);
     }
-    match mem.load(addr, size, true) {
+    match mem.load(addr, size, size == 4) {
         Ok(v) => {
             cpu.reservation = Some(Reservation {
                 addr,
@@ -350,7 +350,7 @@ fn amo<M: MemAccess>(
         return misaligned(addr, AccessKind::Write);
     }
     // An AMO is a store: a failing read half is reported as a store fault.
-    let old = match mem.load(addr, size, true) {
+    let old = match mem.load(addr, size, size == 4) {
         Ok(v) => v,
         Err(f) => {
             return fault(MemFault {

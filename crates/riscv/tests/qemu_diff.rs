@@ -18,9 +18,11 @@ fn isa_check_matches_qemu_riscv64() {
     let mut mem = GuestMemory::new();
     // Image followed by its .bss (zero-filled), all in one RWX mapping as
     // the linker script lays it out.
-    mem.map(BASE, 0x10_0000, Perms::READ | Perms::WRITE | Perms::EXEC).unwrap();
+    mem.map(BASE, 0x10_0000, Perms::READ | Perms::WRITE | Perms::EXEC)
+        .unwrap();
     mem.write_initial(BASE, IMAGE).unwrap();
-    mem.map(STACK_TOP - 0x1_0000, 0x1_0000, Perms::READ | Perms::WRITE).unwrap();
+    mem.map(STACK_TOP - 0x1_0000, 0x1_0000, Perms::READ | Perms::WRITE)
+        .unwrap();
     let mut cpu = Cpu::new();
     cpu.set_pc(BASE);
     cpu.set_x(2, STACK_TOP);
@@ -51,7 +53,9 @@ fn isa_check_matches_qemu_riscv64() {
     assert_eq!(status, 0);
     assert_eq!(stdout.len(), EXPECTED.len(), "output length");
     let words = |b: &[u8]| -> Vec<u64> {
-        b.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect()
+        b.chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+            .collect()
     };
     let (got, want) = (words(&stdout), words(EXPECTED));
     if let Some(i) = (0..want.len()).find(|&i| got[i] != want[i]) {

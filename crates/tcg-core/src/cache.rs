@@ -12,7 +12,8 @@ use std::sync::Arc;
 use hashbrown::HashMap;
 
 use crate::instrument::{
-    Action, Compare, InlineKind, InsnCallback, MemAction, MemCallback, MemFilter, Scoreboard, TbPlan,
+    Action, Compare, InlineKind, InsnCallback, MemAction, MemCallback, MemFilter, Scoreboard,
+    TbPlan,
 };
 
 /// Marks "no entry" in `u32` links.
@@ -37,9 +38,15 @@ pub(crate) struct TbHeader {
     pub(crate) insn_count: u32,
     /// First entry in `Generation::insn_instr`, `NONE` if uninstrumented.
     pub(crate) instr_start: u32,
-    /// Block-entry actions in `Generation::actions`.
-    pub(crate) entry_start: u32,
+    /// The block's actions in `Generation::actions`: `entry_len` block-entry
+    /// actions, then each instruction's in order (`actions_len` in all).
+    pub(crate) actions_start: u32,
+    pub(crate) actions_len: u32,
     pub(crate) entry_len: u32,
+    /// The block's memory actions in `Generation::mem_actions`, per
+    /// instruction in order.
+    pub(crate) mem_start: u32,
+    pub(crate) mem_len: u32,
     /// Set by range invalidation; the block is unreachable afterwards.
     pub(crate) dead: bool,
 }
@@ -55,16 +62,34 @@ impl TbHeader {
 /// scoreboards are referenced by index into the generation's tables.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum CompiledAction {
-    Call { cb: u32 },
-    Inline { board: u32, slot: u32, kind: InlineKind },
-    Conditional { cb: u32, board: u32, slot: u32, compare: Compare, value: u64 },
+    Call {
+        cb: u32,
+    },
+    Inline {
+        board: u32,
+        slot: u32,
+        kind: InlineKind,
+    },
+    Conditional {
+        cb: u32,
+        board: u32,
+        slot: u32,
+        compare: Compare,
+        value: u64,
+    },
 }
 
 /// Compiled memory action.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum CompiledMemKind {
-    Call { cb: u32 },
-    Inline { board: u32, slot: u32, kind: InlineKind },
+    Call {
+        cb: u32,
+    },
+    Inline {
+        board: u32,
+        slot: u32,
+        kind: InlineKind,
+    },
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -73,13 +98,27 @@ pub(crate) struct CompiledMem {
     pub(crate) kind: CompiledMemKind,
 }
 
-/// Ranges of one instruction's actions.
+/// How many of the block's actions belong to one instruction (they are
+/// stored contiguously, in instruction order, so the loop just splits them
+/// off as it goes).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct InsnInstr {
-    pub(crate) exec_start: u32,
     pub(crate) exec_len: u32,
-    pub(crate) mem_start: u32,
     pub(crate) mem_len: u32,
+    /// True if a callback (not only inline ops) runs for this instruction:
+    /// only then can a flush or exit be requested during it.
+    pub(crate) calls: bool,
+}
+
+/// Where a compiled plan landed in the generation's tables.
+#[derive(Clone, Copy, Default)]
+struct Compiled {
+    instr_start: u32,
+    actions_start: u32,
+    actions_len: u32,
+    entry_len: u32,
+    mem_start: u32,
+    mem_len: u32,
 }
 
 /// Link in a per-page list of blocks overlapping that page.
@@ -169,7 +208,8 @@ impl<Op: Copy> Generation<Op> {
             + self.insn_instr.capacity() * size_of::<InsnInstr>()
             + self.actions.capacity() * size_of::<CompiledAction>()
             + self.mem_actions.capacity() * size_of::<CompiledMem>()
-            + (self.callbacks.capacity() + self.mem_callbacks.capacity() + self.boards.capacity()) * 16
+            + (self.callbacks.capacity() + self.mem_callbacks.capacity() + self.boards.capacity())
+                * 16
     }
 
     /// Adds a block; returns its index. `ops` and `raws` are parallel.
@@ -186,9 +226,9 @@ impl<Op: Copy> Generation<Op> {
         let ops_start = idx(self.ops.len());
         self.ops.extend_from_slice(ops);
         self.raws.extend_from_slice(raws);
-        let (instr_start, entry_start, entry_len) = match plan {
+        let c = match plan {
             Some(plan) => self.compile(plan),
-            None => (NONE, 0, 0),
+            None => Compiled { instr_start: NONE, ..Compiled::default() },
         };
         self.tbs.push(TbHeader {
             pc,
@@ -196,9 +236,12 @@ impl<Op: Copy> Generation<Op> {
             size,
             ops_start,
             insn_count: idx(ops.len()),
-            instr_start,
-            entry_start,
-            entry_len,
+            instr_start: c.instr_start,
+            actions_start: c.actions_start,
+            actions_len: c.actions_len,
+            entry_len: c.entry_len,
+            mem_start: c.mem_start,
+            mem_len: c.mem_len,
             dead: false,
         });
         if let Some(old) = self.index.insert((pc, flags), id) {
@@ -211,7 +254,10 @@ impl<Op: Copy> Generation<Op> {
             let last = pc.saturating_add(u64::from(size) - 1) >> 12;
             for page in first..=last {
                 let head = self.page_heads.entry(page).or_insert(NONE);
-                self.page_links.push(PageLink { tb: id, next: *head });
+                self.page_links.push(PageLink {
+                    tb: id,
+                    next: *head,
+                });
                 *head = idx(self.page_links.len() - 1);
             }
         }
@@ -253,7 +299,9 @@ impl<Op: Copy> Generation<Op> {
 
     fn compile_action(&mut self, action: &Action) -> CompiledAction {
         match action {
-            Action::Callback(cb) => CompiledAction::Call { cb: self.callback_index(cb) },
+            Action::Callback(cb) => CompiledAction::Call {
+                cb: self.callback_index(cb),
+            },
             Action::Inline(op) => CompiledAction::Inline {
                 board: self.board_index(&op.board),
                 slot: idx(op.slot),
@@ -269,22 +317,20 @@ impl<Op: Copy> Generation<Op> {
         }
     }
 
-    /// Compiles a plan; returns (first `InsnInstr`, entry actions start, len).
-    fn compile(&mut self, plan: &TbPlan) -> (u32, u32, u32) {
-        let entry_start = idx(self.actions.len());
+    /// Compiles a plan into the generation's action tables.
+    fn compile(&mut self, plan: &TbPlan) -> Compiled {
+        let actions_start = idx(self.actions.len());
+        let mem_start = idx(self.mem_actions.len());
         for action in &plan.entry {
             let compiled = self.compile_action(action);
             self.actions.push(compiled);
         }
-        let entry_len = idx(plan.entry.len());
         let instr_start = idx(self.insn_instr.len());
         for insn in &plan.insns {
-            let exec_start = idx(self.actions.len());
             for action in &insn.exec {
                 let compiled = self.compile_action(action);
                 self.actions.push(compiled);
             }
-            let mem_start = idx(self.mem_actions.len());
             for (filter, action) in &insn.mem {
                 let kind = match action {
                     MemAction::Callback(cb) => CompiledMemKind::Call { cb: self.mem_callback_index(cb) },
@@ -296,20 +342,30 @@ impl<Op: Copy> Generation<Op> {
                 };
                 self.mem_actions.push(CompiledMem { filter: *filter, kind });
             }
+            let calls = insn.exec.iter().any(|a| !matches!(a, Action::Inline(_)))
+                || insn.mem.iter().any(|(_, a)| matches!(a, MemAction::Callback(_)));
             self.insn_instr.push(InsnInstr {
-                exec_start,
                 exec_len: idx(insn.exec.len()),
-                mem_start,
                 mem_len: idx(insn.mem.len()),
+                calls,
             });
         }
-        (instr_start, entry_start, entry_len)
+        Compiled {
+            instr_start,
+            actions_start,
+            actions_len: idx(self.actions.len()) - actions_start,
+            entry_len: idx(plan.entry.len()),
+            mem_start,
+            mem_len: idx(self.mem_actions.len()) - mem_start,
+        }
     }
 
     /// Makes block `id` unreachable (its storage stays until the generation
     /// is dropped).
     fn kill(&mut self, id: u32) {
-        let Some(tb) = self.tbs.get_mut(id as usize) else { return };
+        let Some(tb) = self.tbs.get_mut(id as usize) else {
+            return;
+        };
         if tb.dead {
             return;
         }
@@ -333,23 +389,41 @@ impl<Op: Copy> Generation<Op> {
         let pages: Vec<u64> = if last - first < self.page_heads.len() as u64 {
             (first..=last).collect()
         } else {
-            self.page_heads.keys().copied().filter(|p| (first..=last).contains(p)).collect()
+            self.page_heads
+                .keys()
+                .copied()
+                .filter(|p| (first..=last).contains(p))
+                .collect()
         };
-        let mut victims = Vec::new();
-        for page in pages {
-            let mut link = self.page_heads.get(&page).copied().unwrap_or(NONE);
-            while let Some(l) = self.page_links.get(link as usize) {
-                if let Some(tb) = self.tbs.get(l.tb as usize) {
-                    if !tb.dead && tb.overlaps(start, end) {
-                        victims.push(l.tb);
-                    }
-                }
-                link = l.next;
-            }
-        }
         let before = self.dead_tbs;
-        for id in victims {
-            self.kill(id);
+        for page in pages {
+            // Walk the page's list, killing overlapping blocks and unlinking
+            // dead ones so repeated invalidations stay cheap.
+            let mut head = self.page_heads.get(&page).copied().unwrap_or(NONE);
+            let mut prev = NONE;
+            let mut link = head;
+            while let Some(&PageLink { tb, next }) = self.page_links.get(link as usize) {
+                let (live, hit) = match self.tbs.get(tb as usize) {
+                    Some(h) => (!h.dead, !h.dead && h.overlaps(start, end)),
+                    None => (false, false),
+                };
+                if hit {
+                    self.kill(tb);
+                }
+                if live && !hit {
+                    prev = link;
+                } else if prev == NONE {
+                    head = next;
+                } else if let Some(p) = self.page_links.get_mut(prev as usize) {
+                    p.next = next;
+                }
+                link = next;
+            }
+            if head == NONE {
+                self.page_heads.remove(&page);
+            } else {
+                self.page_heads.insert(page, head);
+            }
         }
         self.dead_tbs - before
     }

@@ -19,8 +19,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use crate::cache::{CompiledAction, CompiledMemKind, Generation, NONE, TbHeader, TbOp};
 use crate::frontend::{CpuExit, DecodeError, Flow, Frontend, MemAccess, sign_extend};
 use crate::instrument::{
-    CallbackContext, InsnCallback, InsnInfo, Instrumentation, MemAccessInfo, MemCallback, Requests, Scoreboard,
-    TbPlan, TbView,
+    CallbackContext, InsnCallback, InsnInfo, Instrumentation, MemAccessInfo, MemCallback, Requests,
+    Scoreboard, TbPlan, TbView,
 };
 use crate::memory::{GuestMemory, MemFault, PAGE_SIZE};
 
@@ -87,7 +87,12 @@ struct JumpEntry {
     tb: u32,
 }
 
-const EMPTY_JUMP: JumpEntry = JumpEntry { pc: u64::MAX, generation: u64::MAX, flags: 0, tb: NONE };
+const EMPTY_JUMP: JumpEntry = JumpEntry {
+    pc: u64::MAX,
+    generation: u64::MAX,
+    flags: 0,
+    tb: NONE,
+};
 
 static NEXT_ENGINE_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -106,7 +111,10 @@ pub struct Vcpu {
 
 impl fmt::Debug for Vcpu {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Vcpu").field("index", &self.index).field("epoch", &self.announced).finish()
+        f.debug_struct("Vcpu")
+            .field("index", &self.index)
+            .field("epoch", &self.announced)
+            .finish()
     }
 }
 
@@ -337,7 +345,12 @@ impl<F: Frontend> Engine<F> {
         }
         // A dropped `Vcpu` leaves its slot with a single owner: forget it.
         self.epochs.retain(|slot| Arc::strong_count(slot) > 1);
-        let oldest_in_use = self.epochs.iter().map(|slot| slot.load(Ordering::Acquire)).min().unwrap_or(OFFLINE);
+        let oldest_in_use = self
+            .epochs
+            .iter()
+            .map(|slot| slot.load(Ordering::Acquire))
+            .min()
+            .unwrap_or(OFFLINE);
         while self.retired.front().is_some_and(|g| g.id < oldest_in_use) {
             self.retired.pop_front();
         }
@@ -376,7 +389,11 @@ impl<F: Frontend> Engine<F> {
             ops.iter()
                 .zip(raws)
                 .map(|(op, &raw)| {
-                    let info = InsnInfo { pc: at, len: op.len, raw };
+                    let info = InsnInfo {
+                        pc: at,
+                        len: op.len,
+                        raw,
+                    };
                     at = at.wrapping_add(u64::from(op.len));
                     info
                 })
@@ -403,7 +420,12 @@ impl<F: Frontend> Engine<F> {
 
     /// Runs `vcpu` (a context from [`Engine::new_vcpu`]) on `cpu`; see
     /// [`Engine::run`].
-    pub fn run_vcpu(&mut self, vcpu: &mut Vcpu, cpu: &mut F::Cpu, mem: &mut GuestMemory) -> CpuExit {
+    pub fn run_vcpu(
+        &mut self,
+        vcpu: &mut Vcpu,
+        cpu: &mut F::Cpu,
+        mem: &mut GuestMemory,
+    ) -> CpuExit {
         if vcpu.engine != self.id {
             // A context from another engine: adopt it (its cache is invalid here).
             vcpu.engine = self.id;
@@ -447,10 +469,14 @@ impl<F: Frontend> Engine<F> {
             self.stats.blocks_executed += 1;
             self.stats.insns_executed += u64::from(end.executed);
             if end.requests.flush {
-                self.signals.pending.fetch_or(PENDING_FLUSH, Ordering::Relaxed);
+                self.signals
+                    .pending
+                    .fetch_or(PENDING_FLUSH, Ordering::Relaxed);
             }
             if end.requests.exit {
-                self.signals.pending.fetch_or(PENDING_EXIT, Ordering::Relaxed);
+                self.signals
+                    .pending
+                    .fetch_or(PENDING_EXIT, Ordering::Relaxed);
             }
             match end.exit {
                 None => F::set_pc(cpu, end.next_pc),
@@ -470,7 +496,13 @@ impl<F: Frontend> Engine<F> {
 
     /// Jump cache, then index, then translation.
     #[inline(always)]
-    fn find_block(&mut self, vcpu: &mut Vcpu, pc: u64, flags: u32, mem: &mut GuestMemory) -> Result<u32, CpuExit> {
+    fn find_block(
+        &mut self,
+        vcpu: &mut Vcpu,
+        pc: u64,
+        flags: u32,
+        mem: &mut GuestMemory,
+    ) -> Result<u32, CpuExit> {
         let slot = Vcpu::jump_slot(pc);
         if let Some(e) = vcpu.jump_cache.get(slot) {
             if e.pc == pc && e.generation == self.current.id && e.flags == flags {
@@ -507,7 +539,12 @@ impl<F: Frontend> Engine<F> {
             }
         };
         if let Some(e) = vcpu.jump_cache.get_mut(slot) {
-            *e = JumpEntry { pc, generation: self.current.id, flags, tb: id };
+            *e = JumpEntry {
+                pc,
+                generation: self.current.id,
+                flags,
+                tb: id,
+            };
         }
         Ok(id)
     }
@@ -525,11 +562,18 @@ impl<F: Frontend> Engine<F> {
                     let len = d.len.max(1);
                     self.scratch_ops.push(TbOp { op: d.op, len });
                     self.scratch_raws.push(d.raw);
-                    self.scratch_insns.push(InsnInfo { pc: at, len, raw: d.raw });
+                    self.scratch_insns.push(InsnInfo {
+                        pc: at,
+                        len,
+                        raw: d.raw,
+                    });
                     at = at.wrapping_add(u64::from(len));
                     // Blocks stop at control flow, at a size cap, and at a
                     // page boundary (so page-granular invalidation stays exact).
-                    if d.ends_block || self.scratch_ops.len() >= MAX_BLOCK_INSNS || at / PAGE_SIZE != page {
+                    if d.ends_block
+                        || self.scratch_ops.len() >= MAX_BLOCK_INSNS
+                        || at / PAGE_SIZE != page
+                    {
                         break;
                     }
                 }
@@ -561,20 +605,32 @@ impl<F: Frontend> Engine<F> {
             instr.translate(&view, &mut self.scratch_plan);
             // The instrumentation may not resize the instruction list.
             self.scratch_plan.insns.truncate(self.scratch_insns.len());
-            self.scratch_plan.insns.resize_with(self.scratch_insns.len(), Default::default);
+            self.scratch_plan
+                .insns
+                .resize_with(self.scratch_insns.len(), Default::default);
             planned = !self.scratch_plan.is_empty();
         }
         let plan = planned.then_some(&self.scratch_plan);
-        let id = self.current.insert(pc, flags, size, &self.scratch_ops, &self.scratch_raws, plan);
+        let id = self
+            .current
+            .insert(pc, flags, size, &self.scratch_ops, &self.scratch_raws, plan);
         self.stats.tbs_translated += 1;
         Ok(id)
     }
 
     /// The uninstrumented loop: no callbacks, no dynamic dispatch.
     #[inline(always)]
-    fn exec_plain(generation: &Generation<F::Op>, tb: &TbHeader, cpu: &mut F::Cpu, mem: &mut GuestMemory) -> BlockEnd {
+    fn exec_plain(
+        generation: &Generation<F::Op>,
+        tb: &TbHeader,
+        cpu: &mut F::Cpu,
+        mem: &mut GuestMemory,
+    ) -> BlockEnd {
         let start = tb.ops_start as usize;
-        let ops = generation.ops.get(start..start + tb.insn_count as usize).unwrap_or_default();
+        let ops = generation
+            .ops
+            .get(start..start + tb.insn_count as usize)
+            .unwrap_or_default();
         let mut pc = tb.pc;
         let mut executed = 0u32;
         for op in ops {
@@ -582,12 +638,24 @@ impl<F: Frontend> Engine<F> {
             match F::execute(cpu, &op.op, pc, mem) {
                 Flow::Next => pc = pc.wrapping_add(u64::from(op.len)),
                 Flow::Jump(target) => {
-                    return BlockEnd { next_pc: target, executed, exit: None, requests: Requests::default() };
+                    return BlockEnd {
+                        next_pc: target,
+                        executed,
+                        exit: None,
+                        requests: Requests::default(),
+                    };
                 }
-                Flow::Exit(exit) => return Self::exit_at(exit, pc, op.len, executed, Requests::default()),
+                Flow::Exit(exit) => {
+                    return Self::exit_at(exit, pc, op.len, executed, Requests::default());
+                }
             }
         }
-        BlockEnd { next_pc: pc, executed, exit: None, requests: Requests::default() }
+        BlockEnd {
+            next_pc: pc,
+            executed,
+            exit: None,
+            requests: Requests::default(),
+        }
     }
 
     /// Where the loop continues after an exiting instruction at `pc`.
@@ -596,7 +664,12 @@ impl<F: Frontend> Engine<F> {
             CpuExit::FlushCode => pc.wrapping_add(u64::from(len)),
             _ => pc,
         };
-        BlockEnd { next_pc, executed, exit: Some(exit), requests }
+        BlockEnd {
+            next_pc,
+            executed,
+            exit: Some(exit),
+            requests,
+        }
     }
 
     /// The instrumented loop: entry actions, then per instruction its actions,
@@ -609,59 +682,69 @@ impl<F: Frontend> Engine<F> {
         cpu: &mut F::Cpu,
         mem: &mut GuestMemory,
     ) -> BlockEnd {
-        let mut requests = Requests::default();
-        let entry_start = tb.entry_start as usize;
-        let entry = generation.actions.get(entry_start..entry_start + tb.entry_len as usize).unwrap_or_default();
-        if !entry.is_empty() {
-            F::set_pc(cpu, tb.pc);
-            run_actions::<F>(generation, entry, vcpu, tb.pc, cpu, mem, &mut requests);
-        }
         let start = tb.ops_start as usize;
         let ops = generation.ops.get(start..start + tb.insn_count as usize).unwrap_or_default();
-        let instr_start = tb.instr_start as usize;
-        let instrs = generation.insn_instr.get(instr_start..instr_start + ops.len()).unwrap_or_default();
+        let start = tb.instr_start as usize;
+        let instrs = generation.insn_instr.get(start..start + ops.len()).unwrap_or_default();
+        let start = tb.actions_start as usize;
+        let actions = generation.actions.get(start..start + tb.actions_len as usize).unwrap_or_default();
+        let start = tb.mem_start as usize;
+        let mut mem_rest = generation.mem_actions.get(start..start + tb.mem_len as usize).unwrap_or_default();
+        let (entry, mut exec_rest) = actions.split_at_checked(tb.entry_len as usize).unwrap_or((&[], actions));
+
+        // One accessor for the whole block; before each instruction it is
+        // pointed at that instruction's memory actions, a borrow of this
+        // generation that ends with the block.
+        let mut access = InstrumentedMem {
+            mem,
+            actions: &[],
+            callbacks: &generation.mem_callbacks,
+            boards: &generation.boards,
+            vcpu,
+            pc: tb.pc,
+            requests: Requests::default(),
+        };
+        if !entry.is_empty() {
+            F::set_pc(cpu, tb.pc);
+            run_actions::<F>(generation, entry, vcpu, tb.pc, cpu, access.mem, &mut access.requests);
+        }
         let mut pc = tb.pc;
         let mut executed = 0u32;
-        for (i, op) in ops.iter().enumerate() {
-            let instr = instrs.get(i).copied().unwrap_or_default();
-            let exec_start = instr.exec_start as usize;
-            let actions = generation.actions.get(exec_start..exec_start + instr.exec_len as usize).unwrap_or_default();
-            if !actions.is_empty() {
-                F::set_pc(cpu, pc);
-                run_actions::<F>(generation, actions, vcpu, pc, cpu, mem, &mut requests);
+        for (op, instr) in ops.iter().zip(instrs) {
+            let (exec, rest) = exec_rest.split_at_checked(instr.exec_len as usize).unwrap_or((exec_rest, &[]));
+            exec_rest = rest;
+            let (mem_actions, rest) = mem_rest.split_at_checked(instr.mem_len as usize).unwrap_or((mem_rest, &[]));
+            mem_rest = rest;
+            if !exec.is_empty() {
+                if instr.calls {
+                    // Callbacks may read the pc register: make it this instruction's.
+                    F::set_pc(cpu, pc);
+                }
+                run_actions::<F>(generation, exec, vcpu, pc, cpu, access.mem, &mut access.requests);
             }
-            let mem_start = instr.mem_start as usize;
-            let mem_actions = generation.mem_actions.get(mem_start..mem_start + instr.mem_len as usize).unwrap_or_default();
+            access.actions = mem_actions;
+            access.pc = pc;
             executed += 1;
-            // The instruction's memory actions are lent for exactly this call.
-            let flow = {
-                let mut access = InstrumentedMem {
-                    mem: &mut *mem,
-                    actions: mem_actions,
-                    callbacks: &generation.mem_callbacks,
-                    boards: &generation.boards,
-                    vcpu,
-                    pc,
-                    requests: &mut requests,
-                };
-                F::execute(cpu, &op.op, pc, &mut access)
-            };
-            match flow {
+            match F::execute(cpu, &op.op, pc, &mut access) {
                 Flow::Next => pc = pc.wrapping_add(u64::from(op.len)),
-                Flow::Jump(target) => return BlockEnd { next_pc: target, executed, exit: None, requests },
-                Flow::Exit(exit) => return Self::exit_at(exit, pc, op.len, executed, requests),
+                Flow::Jump(target) => {
+                    return BlockEnd { next_pc: target, executed, exit: None, requests: access.requests };
+                }
+                Flow::Exit(exit) => return Self::exit_at(exit, pc, op.len, executed, access.requests),
             }
             // A flush or exit requested by a callback (or another thread)
             // takes effect now that the instruction is complete.
-            if requests.any() || signals.pending.load(Ordering::Relaxed) != 0 {
+            if instr.calls && (access.requests.any() || signals.pending.load(Ordering::Relaxed) != 0) {
                 break;
             }
         }
-        BlockEnd { next_pc: pc, executed, exit: None, requests }
+        BlockEnd { next_pc: pc, executed, exit: None, requests: access.requests }
     }
 }
 
-/// Runs block-entry or per-instruction actions.
+/// Runs block-entry or per-instruction actions; inline ops stay in line,
+/// callbacks go through an out-of-line call.
+#[inline(always)]
 fn run_actions<F: Frontend>(
     generation: &Generation<F::Op>,
     actions: &[CompiledAction],
@@ -684,8 +767,17 @@ fn run_actions<F: Frontend>(
                     call(cb, vcpu, pc, &registers, mem, requests);
                 }
             }
-            CompiledAction::Conditional { cb, board, slot, compare, value } => {
-                let entry = generation.boards.get(board as usize).map_or(0, |b| b.get(vcpu, slot as usize));
+            CompiledAction::Conditional {
+                cb,
+                board,
+                slot,
+                compare,
+                value,
+            } => {
+                let entry = generation
+                    .boards
+                    .get(board as usize)
+                    .map_or(0, |b| b.get(vcpu, slot as usize));
                 if compare.holds(entry, value) {
                     if let Some(cb) = generation.callbacks.get(cb as usize) {
                         call(cb, vcpu, pc, &registers, mem, requests);
@@ -696,7 +788,7 @@ fn run_actions<F: Frontend>(
     }
 }
 
-#[inline(always)]
+#[inline(never)]
 fn call(
     cb: &InsnCallback,
     vcpu: u32,
@@ -705,7 +797,13 @@ fn call(
     mem: &mut GuestMemory,
     requests: &mut Requests,
 ) {
-    let mut ctx = CallbackContext { vcpu, pc, registers: Some(registers), mem, requests };
+    let mut ctx = CallbackContext {
+        vcpu,
+        pc,
+        registers: Some(registers),
+        mem,
+        requests,
+    };
     cb(&mut ctx);
 }
 
@@ -718,7 +816,7 @@ struct InstrumentedMem<'a> {
     boards: &'a [Arc<Scoreboard>],
     vcpu: u32,
     pc: u64,
-    requests: &'a mut Requests,
+    requests: Requests,
 }
 
 impl InstrumentedMem<'_> {
@@ -740,7 +838,7 @@ impl InstrumentedMem<'_> {
                             pc: self.pc,
                             registers: None,
                             mem: &mut *self.mem,
-                            requests: &mut *self.requests,
+                            requests: &mut self.requests,
                         };
                         cb(&mut ctx, &info);
                     }
@@ -756,7 +854,13 @@ impl MemAccess for InstrumentedMem<'_> {
         let raw = self.mem.load(addr, size)?;
         let value = if signed { sign_extend(raw, size) } else { raw };
         if !self.actions.is_empty() {
-            self.notify(MemAccessInfo { addr, size, sign_extended: signed, is_store: false, value });
+            self.notify(MemAccessInfo {
+                addr,
+                size,
+                sign_extended: signed,
+                is_store: false,
+                value,
+            });
         }
         Ok(value)
     }
@@ -771,7 +875,13 @@ impl MemAccess for InstrumentedMem<'_> {
                 4 => value & 0xffff_ffff,
                 _ => value,
             };
-            self.notify(MemAccessInfo { addr, size, sign_extended: false, is_store: true, value });
+            self.notify(MemAccessInfo {
+                addr,
+                size,
+                sign_extended: false,
+                is_store: true,
+                value,
+            });
         }
         Ok(())
     }

@@ -61,7 +61,9 @@ impl InsnInfo {
     /// The instruction's bytes, in memory order.
     pub fn bytes(&self) -> Vec<u8> {
         let all = self.raw.to_le_bytes();
-        all.get(..usize::from(self.len).min(4)).unwrap_or(&all).to_vec()
+        all.get(..usize::from(self.len).min(4))
+            .unwrap_or(&all)
+            .to_vec()
     }
 }
 
@@ -132,7 +134,10 @@ pub struct Scoreboard {
 
 impl fmt::Debug for Scoreboard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Scoreboard").field("slots", &self.slots).field("vcpus", &self.vcpus).finish()
+        f.debug_struct("Scoreboard")
+            .field("slots", &self.slots)
+            .field("vcpus", &self.vcpus)
+            .finish()
     }
 }
 
@@ -140,8 +145,14 @@ impl Scoreboard {
     /// A zeroed scoreboard of `slots` entries for each of `vcpus` vCPUs.
     /// Operations on vCPU indices `>= vcpus` are ignored.
     pub fn new(slots: usize, vcpus: usize) -> Self {
-        let cells = (0..slots.saturating_mul(vcpus)).map(|_| AtomicU64::new(0)).collect();
-        Scoreboard { slots, vcpus, cells }
+        let cells = (0..slots.saturating_mul(vcpus))
+            .map(|_| AtomicU64::new(0))
+            .collect();
+        Scoreboard {
+            slots,
+            vcpus,
+            cells,
+        }
     }
     /// Entries per vCPU.
     pub fn slots(&self) -> usize {
@@ -153,14 +164,17 @@ impl Scoreboard {
     }
     #[inline(always)]
     fn cell(&self, vcpu: u32, slot: usize) -> Option<&AtomicU64> {
-        if slot >= self.slots {
+        let vcpu = vcpu as usize;
+        if slot >= self.slots || vcpu >= self.vcpus {
             return None;
         }
-        self.cells.get((vcpu as usize).checked_mul(self.slots)?.checked_add(slot)?)
+        // In range by the checks above: vcpu * slots + slot < cells.len().
+        self.cells.get(vcpu * self.slots + slot)
     }
     /// Value of `slot` for `vcpu` (0 if out of range).
     pub fn get(&self, vcpu: u32, slot: usize) -> u64 {
-        self.cell(vcpu, slot).map_or(0, |c| c.load(Ordering::Relaxed))
+        self.cell(vcpu, slot)
+            .map_or(0, |c| c.load(Ordering::Relaxed))
     }
     /// Sets `slot` of `vcpu` to `value`.
     pub fn set(&self, vcpu: u32, slot: usize, value: u64) {
@@ -414,7 +428,10 @@ pub struct CallbackContext<'a> {
 
 impl fmt::Debug for CallbackContext<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CallbackContext").field("vcpu", &self.vcpu).field("pc", &self.pc).finish()
+        f.debug_struct("CallbackContext")
+            .field("vcpu", &self.vcpu)
+            .field("pc", &self.pc)
+            .finish()
     }
 }
 

@@ -87,7 +87,8 @@ pub mod memory;
 pub use engine::{Engine, EngineStats, ExitHandle, FlushHandle, Vcpu};
 pub use frontend::{CpuExit, DecodeError, Decoded, Flow, Frontend, MemAccess, sign_extend};
 pub use instrument::{
-    Action, CallbackContext, Compare, Condition, InlineKind, InlineOp, InsnCallback, InsnInfo, InsnPlan,
-    Instrumentation, MemAccessInfo, MemAction, MemCallback, MemFilter, Scoreboard, TbPlan, TbView,
+    Action, CallbackContext, Compare, Condition, InlineKind, InlineOp, InsnCallback, InsnInfo,
+    InsnPlan, Instrumentation, MemAccessInfo, MemAction, MemCallback, MemFilter, Scoreboard,
+    TbPlan, TbView,
 };
 pub use memory::{AccessKind, GuestMemory, MemError, MemFault, MemFaultKind, PAGE_SIZE, Perms};

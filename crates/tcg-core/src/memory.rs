@@ -141,7 +141,10 @@ struct TlbEntry {
     slot: u32,
 }
 
-const EMPTY_TLB: TlbEntry = TlbEntry { tag: NO_TAG, slot: 0 };
+const EMPTY_TLB: TlbEntry = TlbEntry {
+    tag: NO_TAG,
+    slot: 0,
+};
 
 /// A sparse paged guest address space with permissions and a software TLB.
 ///
@@ -260,7 +263,9 @@ impl GuestMemory {
     pub fn protect(&mut self, addr: u64, len: u64, perms: Perms) -> Result<(), MemError> {
         let (first, end) = page_span(addr, len)?;
         if let Some(vpn) = self.first_hole(first, end) {
-            return Err(MemError::NotMapped { addr: vpn << PAGE_SHIFT });
+            return Err(MemError::NotMapped {
+                addr: vpn << PAGE_SHIFT,
+            });
         }
         for (_, &slot) in self.index.range(first..end) {
             if let Some(p) = self.pages.get_mut(slot as usize) {
@@ -298,7 +303,8 @@ impl GuestMemory {
         let Some(last) = addr.checked_add(len - 1) else {
             return false;
         };
-        self.first_hole(addr >> PAGE_SHIFT, (last >> PAGE_SHIFT) + 1).is_none()
+        self.first_hole(addr >> PAGE_SHIFT, (last >> PAGE_SHIFT) + 1)
+            .is_none()
     }
 
     /// The lowest page-aligned address `a` in `[lo, hi)` such that
@@ -330,8 +336,14 @@ impl GuestMemory {
     /// required (the loader writes read-only segments this way).
     fn page_slot(&mut self, addr: u64, access: AccessKind, check: bool) -> Result<u32, MemFault> {
         let fault = |kind| MemFault { addr, access, kind };
-        let slot = *self.index.get(&(addr >> PAGE_SHIFT)).ok_or(fault(MemFaultKind::Unmapped))?;
-        let page = self.pages.get_mut(slot as usize).ok_or(fault(MemFaultKind::Unmapped))?;
+        let slot = *self
+            .index
+            .get(&(addr >> PAGE_SHIFT))
+            .ok_or(fault(MemFaultKind::Unmapped))?;
+        let page = self
+            .pages
+            .get_mut(slot as usize)
+            .ok_or(fault(MemFaultKind::Unmapped))?;
         if check && !page.perms.contains(Perms::for_access(access)) {
             return Err(fault(MemFaultKind::Protection));
         }
@@ -372,11 +384,18 @@ impl GuestMemory {
     }
 
     fn page_bytes(&self, slot: u32) -> &[u8] {
-        self.pages.get(slot as usize).and_then(|p| p.data.as_deref()).unwrap_or(&[])
+        self.pages
+            .get(slot as usize)
+            .and_then(|p| p.data.as_deref())
+            .unwrap_or(&[])
     }
 
     fn page_bytes_mut(&mut self, slot: u32) -> &mut [u8] {
-        match self.pages.get_mut(slot as usize).and_then(|p| p.data.as_deref_mut()) {
+        match self
+            .pages
+            .get_mut(slot as usize)
+            .and_then(|p| p.data.as_deref_mut())
+        {
             Some(bytes) => bytes,
             None => &mut [],
         }
@@ -384,7 +403,13 @@ impl GuestMemory {
 
     /// Validates a multi-page access before any byte moves, so a faulting
     /// access has no partial effect. Returns the first page's slot.
-    fn check_span(&mut self, addr: u64, len: usize, access: AccessKind, check: bool) -> Result<(), MemFault> {
+    fn check_span(
+        &mut self,
+        addr: u64,
+        len: usize,
+        access: AccessKind,
+        check: bool,
+    ) -> Result<(), MemFault> {
         if len == 0 {
             return Ok(());
         }
@@ -431,7 +456,11 @@ impl GuestMemory {
         let mut done = 0;
         while done < data.len() {
             let at = addr + done as u64;
-            let slot = if check { self.lookup(at, access)? } else { self.page_slot(at, access, false)? };
+            let slot = if check {
+                self.lookup(at, access)?
+            } else {
+                self.page_slot(at, access, false)?
+            };
             let off = (at & PAGE_MASK) as usize;
             let n = (PAGE_SIZE as usize - off).min(data.len() - done);
             let dst = self.page_bytes_mut(slot);
@@ -512,7 +541,10 @@ impl GuestMemory {
             let slot = self.lookup(at, AccessKind::Read)?;
             let off = (at & PAGE_MASK) as usize;
             let want = (PAGE_SIZE as usize - off).min(max - out.len());
-            let chunk = self.page_bytes(slot).get(off..off + want).unwrap_or_default();
+            let chunk = self
+                .page_bytes(slot)
+                .get(off..off + want)
+                .unwrap_or_default();
             if let Some(nul) = chunk.iter().position(|&b| b == 0) {
                 out.extend_from_slice(chunk.get(..nul).unwrap_or_default());
                 return Ok(out);
@@ -521,7 +553,11 @@ impl GuestMemory {
             at = match at.checked_add(want as u64) {
                 Some(next) => next,
                 None => {
-                    return Err(MemFault { addr: at, access: AccessKind::Read, kind: MemFaultKind::Unmapped });
+                    return Err(MemFault {
+                        addr: at,
+                        access: AccessKind::Read,
+                        kind: MemFaultKind::Unmapped,
+                    });
                 }
             };
         }

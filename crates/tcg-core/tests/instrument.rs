@@ -29,7 +29,11 @@ fn install<T: Fn(&TbView<'_>, &mut TbPlan) + Send + Sync + 'static>(
     engine: &mut Engine<Toy>,
     plan: T,
 ) -> Arc<Instr<T>> {
-    let instr = Arc::new(Instr { plan, translations: AtomicU64::new(0), flushes: Arc::new(AtomicU64::new(0)) });
+    let instr = Arc::new(Instr {
+        plan,
+        translations: AtomicU64::new(0),
+        flushes: Arc::new(AtomicU64::new(0)),
+    });
     engine.set_instrumentation(Some(instr.clone() as Arc<dyn Instrumentation>));
     instr
 }
@@ -53,11 +57,19 @@ fn callbacks_and_inline_counters_match_the_engine_count() {
     let board = Arc::new(Scoreboard::new(2, 1));
     let (cb, b) = (counter_cb(&calls), board.clone());
     let instr = install(&mut engine, move |tb, plan| {
-        plan.on_entry(Action::Inline(InlineOp { board: b.clone(), slot: 1, kind: InlineKind::Add(1) }));
+        plan.on_entry(Action::Inline(InlineOp {
+            board: b.clone(),
+            slot: 1,
+            kind: InlineKind::Add(1),
+        }));
         assert_eq!(plan.insns_mut().len(), tb.insn_count());
         for insn in plan.insns_mut() {
             insn.on_execute(Action::Callback(cb.clone()));
-            insn.on_execute(Action::Inline(InlineOp { board: b.clone(), slot: 0, kind: InlineKind::Add(1) }));
+            insn.on_execute(Action::Inline(InlineOp {
+                board: b.clone(),
+                slot: 0,
+                kind: InlineKind::Add(1),
+            }));
         }
     });
     let mut cpu = cpu_at(CODE);
@@ -74,7 +86,11 @@ fn callbacks_and_inline_counters_match_the_engine_count() {
     engine.set_instrumentation(None);
     let mut cpu = cpu_at(CODE);
     engine.run(&mut cpu, &mut mem);
-    assert_eq!(calls.load(Relaxed), loop_insns(1000), "no callback after uninstall");
+    assert_eq!(
+        calls.load(Relaxed),
+        loop_insns(1000),
+        "no callback after uninstall"
+    );
     assert_eq!(engine.stats().tbs_translated, 6);
 }
 
@@ -86,8 +102,12 @@ fn translation_view_describes_the_block() {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let s = seen.clone();
     install(&mut engine, move |tb, _plan| {
-        let lines: Vec<String> = (0..tb.insn_count()).filter_map(|i| tb.disassemble(i)).collect();
-        s.lock().unwrap().push((tb.pc(), tb.size(), tb.flags(), tb.insns().to_vec(), lines));
+        let lines: Vec<String> = (0..tb.insn_count())
+            .filter_map(|i| tb.disassemble(i))
+            .collect();
+        s.lock()
+            .unwrap()
+            .push((tb.pc(), tb.size(), tb.flags(), tb.insns().to_vec(), lines));
         assert!(tb.disassemble(tb.insn_count()).is_none());
         assert_eq!(tb.register_names().first(), Some(&"pc"));
     });
@@ -98,19 +118,26 @@ fn translation_view_describes_the_block() {
     assert_eq!(seen.len(), 1);
     let (pc, size, flags, insns, lines) = &seen[0];
     assert_eq!((*pc, *size, *flags), (CODE, 12, 0));
-    assert_eq!(insns[1], InsnInfo { pc: CODE + 4, len: 4, raw: ld(2, 4, 0) });
+    assert_eq!(
+        insns[1],
+        InsnInfo {
+            pc: CODE + 4,
+            len: 4,
+            raw: ld(2, 4, 0)
+        }
+    );
     assert_eq!(lines[2], format!("op{OP_SYSCALL} 0x0"));
 }
 
 #[test]
 fn memory_callbacks_see_address_size_sign_and_value() {
     let code = [
-        addi(1, 0, -16),  // r1 = 0xffff_ffff_ffff_fff0
-        sd(1, 4, 0),      // DATA[0..8] = r1
+        addi(1, 0, -16),    // r1 = 0xffff_ffff_ffff_fff0
+        sd(1, 4, 0),        // DATA[0..8] = r1
         lw_signed(3, 4, 0), // r3 = sext(0xffff_fff0)
-        lb(5, 4, 1),      // r5 = 0xff
-        addi(6, 0, 5),    // r6 = 5
-        amoadd(6, 4),     // DATA += 5, r6 = old
+        lb(5, 4, 1),        // r5 = 0xff
+        addi(6, 0, 5),      // r6 = 5
+        amoadd(6, 4),       // DATA += 5, r6 = old
         syscall(),
     ];
     let mut mem = machine(&code);
@@ -121,36 +148,69 @@ fn memory_callbacks_see_address_size_sign_and_value() {
     let (a, r, b) = (all.clone(), reads.clone(), board.clone());
     install(&mut engine, move |_tb, plan| {
         let a = a.clone();
-        let log: MemCallback = Arc::new(move |ctx: &mut CallbackContext<'_>, info: &MemAccessInfo| {
-            assert_eq!(ctx.read_register("r1"), None, "registers are not readable here");
-            let mut byte = [0u8; 1];
-            ctx.read_memory(info.addr, &mut byte).unwrap();
-            a.lock().unwrap().push((ctx.vcpu(), ctx.pc(), *info));
-        });
+        let log: MemCallback =
+            Arc::new(move |ctx: &mut CallbackContext<'_>, info: &MemAccessInfo| {
+                assert_eq!(
+                    ctx.read_register("r1"),
+                    None,
+                    "registers are not readable here"
+                );
+                let mut byte = [0u8; 1];
+                ctx.read_memory(info.addr, &mut byte).unwrap();
+                a.lock().unwrap().push((ctx.vcpu(), ctx.pc(), *info));
+            });
         let r = r.clone();
-        let count_reads: MemCallback = Arc::new(move |_ctx: &mut CallbackContext<'_>, info: &MemAccessInfo| {
-            assert!(!info.is_store);
-            r.fetch_add(1, Relaxed);
-        });
+        let count_reads: MemCallback = Arc::new(
+            move |_ctx: &mut CallbackContext<'_>, info: &MemAccessInfo| {
+                assert!(!info.is_store);
+                r.fetch_add(1, Relaxed);
+            },
+        );
         for insn in plan.insns_mut() {
             insn.on_memory(MemFilter::All, MemAction::Callback(log.clone()));
             insn.on_memory(MemFilter::Reads, MemAction::Callback(count_reads.clone()));
             insn.on_memory(
                 MemFilter::Writes,
-                MemAction::Inline(InlineOp { board: b.clone(), slot: 0, kind: InlineKind::Add(1) }),
+                MemAction::Inline(InlineOp {
+                    board: b.clone(),
+                    slot: 0,
+                    kind: InlineKind::Add(1),
+                }),
             );
         }
     });
     let mut cpu = cpu_at(CODE);
     cpu.x[4] = DATA;
     assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
-    let info = |addr, size, sign_extended, is_store, value| MemAccessInfo { addr, size, sign_extended, is_store, value };
+    let info = |addr, size, sign_extended, is_store, value| MemAccessInfo {
+        addr,
+        size,
+        sign_extended,
+        is_store,
+        value,
+    };
     let expected = vec![
-        (0, CODE + 4, info(DATA, 8, false, true, 0xffff_ffff_ffff_fff0)),
-        (0, CODE + 8, info(DATA, 4, true, false, 0xffff_ffff_ffff_fff0)),
+        (
+            0,
+            CODE + 4,
+            info(DATA, 8, false, true, 0xffff_ffff_ffff_fff0),
+        ),
+        (
+            0,
+            CODE + 8,
+            info(DATA, 4, true, false, 0xffff_ffff_ffff_fff0),
+        ),
         (0, CODE + 12, info(DATA + 1, 1, false, false, 0xff)),
-        (0, CODE + 20, info(DATA, 8, false, false, 0xffff_ffff_ffff_fff0)),
-        (0, CODE + 20, info(DATA, 8, false, true, 0xffff_ffff_ffff_fff5)),
+        (
+            0,
+            CODE + 20,
+            info(DATA, 8, false, false, 0xffff_ffff_ffff_fff0),
+        ),
+        (
+            0,
+            CODE + 20,
+            info(DATA, 8, false, true, 0xffff_ffff_ffff_fff5),
+        ),
     ];
     assert_eq!(*all.lock().unwrap(), expected);
     assert_eq!(reads.load(Relaxed), 3);
@@ -190,8 +250,17 @@ fn conditional_callbacks_run_only_when_the_condition_holds() {
     let (b, f, n) = (board.clone(), counter_cb(&fired), counter_cb(&never));
     install(&mut engine, move |_tb, plan| {
         for insn in plan.insns_mut() {
-            insn.on_execute(Action::Inline(InlineOp { board: b.clone(), slot: 0, kind: InlineKind::Add(1) }));
-            let cond = |compare, value| Condition { board: b.clone(), slot: 0, compare, value };
+            insn.on_execute(Action::Inline(InlineOp {
+                board: b.clone(),
+                slot: 0,
+                kind: InlineKind::Add(1),
+            }));
+            let cond = |compare, value| Condition {
+                board: b.clone(),
+                slot: 0,
+                compare,
+                value,
+            };
             insn.on_execute(Action::Conditional(cond(Compare::Gt, 100), f.clone()));
             insn.on_execute(Action::Conditional(cond(Compare::Never, 0), n.clone()));
         }
@@ -222,8 +291,13 @@ fn instruction_callbacks_read_registers_and_memory() {
             ctx.read_memory(DATA, &mut word).unwrap();
             let bad = ctx.read_memory(0x10, &mut word);
             assert!(bad.is_err());
-            *s.lock().unwrap() =
-                Some((ctx.pc(), ctx.read_register("pc"), ctx.read_register("r1"), ctx.read_register("bogus"), word));
+            *s.lock().unwrap() = Some((
+                ctx.pc(),
+                ctx.read_register("pc"),
+                ctx.read_register("r1"),
+                ctx.read_register("bogus"),
+                word,
+            ));
         });
         if let Some(insn) = plan.insn(2) {
             insn.on_execute(Action::Callback(cb));
@@ -234,7 +308,16 @@ fn instruction_callbacks_read_registers_and_memory() {
     cpu.x[4] = DATA;
     engine.run(&mut cpu, &mut mem);
     let got = seen.lock().unwrap().take().expect("callback ran");
-    assert_eq!(got, (CODE + 8, Some(CODE + 8), Some(77), None, 77u64.to_le_bytes()));
+    assert_eq!(
+        got,
+        (
+            CODE + 8,
+            Some(CODE + 8),
+            Some(77),
+            None,
+            77u64.to_le_bytes()
+        )
+    );
 }
 
 #[test]
@@ -257,7 +340,11 @@ fn exit_requested_from_a_callback_stops_after_the_instruction() {
     });
     let mut cpu = cpu_at(CODE);
     assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::ExitRequested);
-    assert_eq!(cpu.pc, CODE + 8, "the instruction whose callback asked completed");
+    assert_eq!(
+        cpu.pc,
+        CODE + 8,
+        "the instruction whose callback asked completed"
+    );
     assert_eq!((cpu.x[2], cpu.x[3]), (2, 0));
     assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
     assert_eq!(cpu.x[3], 3);
@@ -329,48 +416,54 @@ impl Instrumentation for StormInstr {
         for (insn, info) in plan.insns_mut().iter_mut().zip(tb.insns()) {
             let st = self.0.clone();
             let load = is_load(info.raw);
-            insn.on_execute(Action::Callback(Arc::new(move |ctx: &mut CallbackContext<'_>| {
-                if st.flushes.load(Relaxed) != generation {
-                    st.stale_calls.fetch_add(1, Relaxed);
-                }
-                st.insn_calls.fetch_add(1, Relaxed);
-                if load {
-                    let k = st.load_calls.load(Relaxed) + 1;
-                    if k % st.every == 0 {
-                        match st.from {
-                            ResetFrom::InsnCallback => ctx.request_flush(),
-                            ResetFrom::Handle => st.handle.get().expect("handle").request_flush(),
-                            ResetFrom::MemCallback => {}
-                        }
-                        if st.from != ResetFrom::MemCallback {
-                            st.resets.fetch_add(1, Relaxed);
-                        }
-                    }
-                }
-            })));
-            let st = self.0.clone();
-            insn.on_memory(
-                MemFilter::All,
-                MemAction::Callback(Arc::new(move |ctx: &mut CallbackContext<'_>, access: &MemAccessInfo| {
+            insn.on_execute(Action::Callback(Arc::new(
+                move |ctx: &mut CallbackContext<'_>| {
                     if st.flushes.load(Relaxed) != generation {
                         st.stale_calls.fetch_add(1, Relaxed);
                     }
-                    if access.is_store {
-                        st.store_calls.fetch_add(1, Relaxed);
-                        if access.addr == DATA {
-                            st.last_stored.store(access.value, Relaxed);
-                        }
-                    } else {
-                        let k = st.load_calls.fetch_add(1, Relaxed) + 1;
-                        if access.addr == DATA && access.value != st.last_stored.load(Relaxed) {
-                            st.bad_values.fetch_add(1, Relaxed);
-                        }
-                        if st.from == ResetFrom::MemCallback && k % st.every == 0 {
-                            ctx.request_flush();
-                            st.resets.fetch_add(1, Relaxed);
+                    st.insn_calls.fetch_add(1, Relaxed);
+                    if load {
+                        let k = st.load_calls.load(Relaxed) + 1;
+                        if k % st.every == 0 {
+                            match st.from {
+                                ResetFrom::InsnCallback => ctx.request_flush(),
+                                ResetFrom::Handle => {
+                                    st.handle.get().expect("handle").request_flush()
+                                }
+                                ResetFrom::MemCallback => {}
+                            }
+                            if st.from != ResetFrom::MemCallback {
+                                st.resets.fetch_add(1, Relaxed);
+                            }
                         }
                     }
-                })),
+                },
+            )));
+            let st = self.0.clone();
+            insn.on_memory(
+                MemFilter::All,
+                MemAction::Callback(Arc::new(
+                    move |ctx: &mut CallbackContext<'_>, access: &MemAccessInfo| {
+                        if st.flushes.load(Relaxed) != generation {
+                            st.stale_calls.fetch_add(1, Relaxed);
+                        }
+                        if access.is_store {
+                            st.store_calls.fetch_add(1, Relaxed);
+                            if access.addr == DATA {
+                                st.last_stored.store(access.value, Relaxed);
+                            }
+                        } else {
+                            let k = st.load_calls.fetch_add(1, Relaxed) + 1;
+                            if access.addr == DATA && access.value != st.last_stored.load(Relaxed) {
+                                st.bad_values.fetch_add(1, Relaxed);
+                            }
+                            if st.from == ResetFrom::MemCallback && k % st.every == 0 {
+                                ctx.request_flush();
+                                st.resets.fetch_add(1, Relaxed);
+                            }
+                        }
+                    },
+                )),
             );
         }
     }
@@ -403,9 +496,16 @@ fn storm(every: u64, from: ResetFrom) {
     assert_eq!(st.stale_calls.load(Relaxed), 0, "{label}");
     let resets = st.resets.load(Relaxed);
     assert_eq!(resets, N / every, "{label}");
-    assert_eq!(st.flushes.load(Relaxed), resets, "one flush per reset: {label}");
+    assert_eq!(
+        st.flushes.load(Relaxed),
+        resets,
+        "one flush per reset: {label}"
+    );
     assert!(stats.tbs_translated > resets, "{label}");
-    assert_eq!(stats.live_generations, 1, "retired generations reclaimed: {label}");
+    assert_eq!(
+        stats.live_generations, 1,
+        "retired generations reclaimed: {label}"
+    );
     assert_eq!(stats.retired_bytes, 0, "{label}");
 }
 
@@ -434,7 +534,13 @@ fn reset_through_a_flush_handle_from_a_callback() {
 fn reset_inside_an_atomic_keeps_the_store_callbacks_of_that_instruction() {
     // amoadd loads then stores; the flush requested by the load's memory
     // callback must not cut off the store's callback of the same instruction.
-    let code = [addi(6, 0, 1), amoadd(6, 4), amoadd(6, 4), amoadd(6, 4), syscall()];
+    let code = [
+        addi(6, 0, 1),
+        amoadd(6, 4),
+        amoadd(6, 4),
+        amoadd(6, 4),
+        syscall(),
+    ];
     let mut mem = machine(&code);
     mem.store(DATA, 8, 40).unwrap();
     let mut engine = Engine::new(Toy);
@@ -446,12 +552,20 @@ fn reset_inside_an_atomic_keeps_the_store_callbacks_of_that_instruction() {
             let l = l.clone();
             let generation = f.load(Relaxed);
             let f = f.clone();
-            let cb: MemCallback = Arc::new(move |ctx: &mut CallbackContext<'_>, access: &MemAccessInfo| {
-                if !access.is_store {
-                    ctx.request_flush();
-                }
-                l.lock().unwrap().push((ctx.pc(), access.is_store, access.value, generation, f.load(Relaxed)));
-            });
+            let cb: MemCallback = Arc::new(
+                move |ctx: &mut CallbackContext<'_>, access: &MemAccessInfo| {
+                    if !access.is_store {
+                        ctx.request_flush();
+                    }
+                    l.lock().unwrap().push((
+                        ctx.pc(),
+                        access.is_store,
+                        access.value,
+                        generation,
+                        f.load(Relaxed),
+                    ));
+                },
+            );
             for insn in plan.insns_mut() {
                 insn.on_memory(MemFilter::All, MemAction::Callback(cb.clone()));
             }

@@ -28,7 +28,10 @@ fn mapped_memory_is_zeroed_and_little_endian() {
     let mut buf = [0u8; 3];
     mem.read(0x1005, &mut buf).unwrap();
     assert_eq!(buf, [0xef, 0x22, 0x11]);
-    assert_eq!(MemAccess::load(&mut mem, 0x1000, 1, true), Ok(0xffff_ffff_ffff_ff88));
+    assert_eq!(
+        MemAccess::load(&mut mem, 0x1000, 1, true),
+        Ok(0xffff_ffff_ffff_ff88)
+    );
     assert_eq!(MemAccess::load(&mut mem, 0x1000, 1, false), Ok(0x88));
     assert_eq!(sign_extend(0x8000, 2), 0xffff_ffff_ffff_8000);
     assert_eq!(sign_extend(0x7fff_ffff, 4), 0x7fff_ffff);
@@ -54,33 +57,65 @@ fn accesses_straddling_pages() {
     );
     assert_eq!(mem.load(0x1000, 1), Ok(0), "nothing written");
     // Off the end of the mapping.
-    assert_eq!(mem.load(0x2ffe, 4), Err(fault(0x3000, AccessKind::Read, MemFaultKind::Unmapped)));
-    assert_eq!(mem.load(u64::MAX - 2, 8), Err(fault(u64::MAX - 2, AccessKind::Read, MemFaultKind::Unmapped)));
+    assert_eq!(
+        mem.load(0x2ffe, 4),
+        Err(fault(0x3000, AccessKind::Read, MemFaultKind::Unmapped))
+    );
+    assert_eq!(
+        mem.load(u64::MAX - 2, 8),
+        Err(fault(
+            u64::MAX - 2,
+            AccessKind::Read,
+            MemFaultKind::Unmapped
+        ))
+    );
 }
 
 #[test]
 fn permissions_are_checked_per_access_kind() {
     let mut mem = GuestMemory::new();
-    mem.map(0x4000, PAGE_SIZE, Perms::READ | Perms::EXEC).unwrap();
+    mem.map(0x4000, PAGE_SIZE, Perms::READ | Perms::EXEC)
+        .unwrap();
     mem.map(0x5000, PAGE_SIZE, Perms::WRITE).unwrap();
     mem.map(0x6000, PAGE_SIZE, Perms::NONE).unwrap();
     let mut b = [0u8; 4];
     assert!(mem.fetch(0x4000, &mut b).is_ok());
-    assert_eq!(mem.store(0x4000, 1, 1), Err(fault(0x4000, AccessKind::Write, MemFaultKind::Protection)));
-    assert_eq!(mem.load(0x5000, 1), Err(fault(0x5000, AccessKind::Read, MemFaultKind::Protection)));
+    assert_eq!(
+        mem.store(0x4000, 1, 1),
+        Err(fault(0x4000, AccessKind::Write, MemFaultKind::Protection))
+    );
+    assert_eq!(
+        mem.load(0x5000, 1),
+        Err(fault(0x5000, AccessKind::Read, MemFaultKind::Protection))
+    );
     assert!(mem.store(0x5000, 1, 1).is_ok());
-    assert_eq!(mem.fetch(0x5000, &mut b), Err(fault(0x5000, AccessKind::Execute, MemFaultKind::Protection)));
-    assert_eq!(mem.load(0x6008, 8), Err(fault(0x6008, AccessKind::Read, MemFaultKind::Protection)));
-    assert_eq!(mem.load(0x7000, 1), Err(fault(0x7000, AccessKind::Read, MemFaultKind::Unmapped)));
+    assert_eq!(
+        mem.fetch(0x5000, &mut b),
+        Err(fault(0x5000, AccessKind::Execute, MemFaultKind::Protection))
+    );
+    assert_eq!(
+        mem.load(0x6008, 8),
+        Err(fault(0x6008, AccessKind::Read, MemFaultKind::Protection))
+    );
+    assert_eq!(
+        mem.load(0x7000, 1),
+        Err(fault(0x7000, AccessKind::Read, MemFaultKind::Unmapped))
+    );
     // The loader writes read-only pages, but still needs a mapping.
     mem.write_initial(0x4000, &[0xaa, 0xbb]).unwrap();
     assert_eq!(mem.load(0x4000, 2), Ok(0xbbaa));
-    assert_eq!(mem.write_initial(0x7000, &[1]), Err(fault(0x7000, AccessKind::Write, MemFaultKind::Unmapped)));
+    assert_eq!(
+        mem.write_initial(0x7000, &[1]),
+        Err(fault(0x7000, AccessKind::Write, MemFaultKind::Unmapped))
+    );
     assert_eq!(mem.perms(0x4fff), Some(Perms::READ | Perms::EXEC));
     assert_eq!(mem.perms(0x7000), None);
     assert_eq!((Perms::READ | Perms::EXEC).to_string(), "r-x");
     assert!(!Perms::READ.contains(Perms::READ | Perms::WRITE));
-    assert_eq!(fault(0x10, AccessKind::Read, MemFaultKind::Unmapped).to_string(), "Unmapped fault on Read access at 0x10");
+    assert_eq!(
+        fault(0x10, AccessKind::Read, MemFaultKind::Unmapped).to_string(),
+        "Unmapped fault on Read access at 0x10"
+    );
 }
 
 #[test]
@@ -95,7 +130,10 @@ fn tlb_never_serves_a_stale_mapping() {
     mem.protect(0x8000, PAGE_SIZE, Perms::READ).unwrap();
     assert_eq!(mem.load(0x8000, 8), Ok(42), "protect keeps contents");
     mem.unmap(0x8000, PAGE_SIZE).unwrap();
-    assert_eq!(mem.load(0x8000, 8), Err(fault(0x8000, AccessKind::Read, MemFaultKind::Unmapped)));
+    assert_eq!(
+        mem.load(0x8000, 8),
+        Err(fault(0x8000, AccessKind::Read, MemFaultKind::Unmapped))
+    );
     mem.map(0x8000, PAGE_SIZE, rw()).unwrap();
     assert_eq!(mem.load(0x8000, 8), Ok(0), "a new mapping is zero-filled");
     // Two pages aliasing in the direct-mapped TLB keep their own data.
@@ -112,14 +150,34 @@ fn tlb_never_serves_a_stale_mapping() {
 #[test]
 fn map_unmap_protect_errors() {
     let mut mem = GuestMemory::new();
-    assert_eq!(mem.map(0x1001, 1, rw()), Err(MemError::Unaligned { addr: 0x1001 }));
-    assert_eq!(mem.map(!0xfffu64, 0x2000, rw()), Err(MemError::Overflow { addr: !0xfffu64, len: 0x2000 }));
+    assert_eq!(
+        mem.map(0x1001, 1, rw()),
+        Err(MemError::Unaligned { addr: 0x1001 })
+    );
+    assert_eq!(
+        mem.map(!0xfffu64, 0x2000, rw()),
+        Err(MemError::Overflow {
+            addr: !0xfffu64,
+            len: 0x2000
+        })
+    );
     assert_eq!(mem.unmap(0x10, 1), Err(MemError::Unaligned { addr: 0x10 }));
     mem.map(0x1000, PAGE_SIZE, rw()).unwrap();
     mem.map(0x3000, PAGE_SIZE, rw()).unwrap();
-    assert_eq!(mem.protect(0x1000, 3 * PAGE_SIZE, Perms::READ), Err(MemError::NotMapped { addr: 0x2000 }));
-    assert_eq!(mem.perms(0x1000), Some(rw()), "a failed protect changes nothing");
-    assert!(MemError::NotMapped { addr: 0x2000 }.to_string().contains("0x2000"));
+    assert_eq!(
+        mem.protect(0x1000, 3 * PAGE_SIZE, Perms::READ),
+        Err(MemError::NotMapped { addr: 0x2000 })
+    );
+    assert_eq!(
+        mem.perms(0x1000),
+        Some(rw()),
+        "a failed protect changes nothing"
+    );
+    assert!(
+        MemError::NotMapped { addr: 0x2000 }
+            .to_string()
+            .contains("0x2000")
+    );
     mem.unmap(0x0, 0x10000).unwrap();
     assert_eq!(mem.mapped_pages(), 0);
     mem.map(0x1000, 0, rw()).unwrap();
@@ -137,9 +195,19 @@ fn range_queries_and_free_space() {
     assert!(mem.is_range_mapped(0x99999, 0));
     assert!(!mem.is_range_mapped(u64::MAX, 2));
     assert_eq!(mem.find_free(PAGE_SIZE, 0x10000, 0x20000), Some(0x12000));
-    assert_eq!(mem.find_free(2 * PAGE_SIZE, 0x10000, 0x20000), Some(0x12000));
-    assert_eq!(mem.find_free(3 * PAGE_SIZE, 0x10000, 0x20000), Some(0x15000));
-    assert_eq!(mem.find_free(1, 0x10001, 0x20000), Some(0x12000), "lo is rounded up");
+    assert_eq!(
+        mem.find_free(2 * PAGE_SIZE, 0x10000, 0x20000),
+        Some(0x12000)
+    );
+    assert_eq!(
+        mem.find_free(3 * PAGE_SIZE, 0x10000, 0x20000),
+        Some(0x15000)
+    );
+    assert_eq!(
+        mem.find_free(1, 0x10001, 0x20000),
+        Some(0x12000),
+        "lo is rounded up"
+    );
     assert_eq!(mem.find_free(PAGE_SIZE, 0x10000, 0x12000), None);
     assert_eq!(mem.find_free(0x10000, 0x10000, 0x20000), None);
     assert_eq!(mem.find_free(0, 0, 0x20000), None);
@@ -157,8 +225,14 @@ fn c_strings() {
     assert_eq!(mem.read_cstr(0x2002, 100).unwrap(), b"world");
     // No NUL before the end of the mapping: the scan faults.
     mem.write(0x2ff0, &[b'x'; 16]).unwrap();
-    assert_eq!(mem.read_cstr(0x2ff0, 100), Err(fault(0x3000, AccessKind::Read, MemFaultKind::Unmapped)));
-    assert_eq!(mem.read_cstr(0x9000, 1), Err(fault(0x9000, AccessKind::Read, MemFaultKind::Unmapped)));
+    assert_eq!(
+        mem.read_cstr(0x2ff0, 100),
+        Err(fault(0x3000, AccessKind::Read, MemFaultKind::Unmapped))
+    );
+    assert_eq!(
+        mem.read_cstr(0x9000, 1),
+        Err(fault(0x9000, AccessKind::Read, MemFaultKind::Unmapped))
+    );
 }
 
 // ---- property test against a byte-level model ----
@@ -195,16 +269,29 @@ fn op_strategy() -> impl Strategy<Value = MemOp> {
     let offset = 0..(PAGES * PAGE_SIZE);
     let size = prop::sample::select(vec![1u8, 2, 4, 8]);
     prop_oneof![
-        (page.clone(), count.clone(), 0..8u8).prop_map(|(page, count, perms)| MemOp::Map { page, count, perms }),
+        (page.clone(), count.clone(), 0..8u8).prop_map(|(page, count, perms)| MemOp::Map {
+            page,
+            count,
+            perms
+        }),
         (page.clone(), count.clone()).prop_map(|(page, count)| MemOp::Unmap { page, count }),
-        (page, count, 0..8u8).prop_map(|(page, count, perms)| MemOp::Protect { page, count, perms }),
-        (offset.clone(), prop::collection::vec(any::<u8>(), 0..40)).prop_map(|(offset, data)| MemOp::Write { offset, data }),
+        (page, count, 0..8u8).prop_map(|(page, count, perms)| MemOp::Protect {
+            page,
+            count,
+            perms
+        }),
+        (offset.clone(), prop::collection::vec(any::<u8>(), 0..40))
+            .prop_map(|(offset, data)| MemOp::Write { offset, data }),
         (offset.clone(), prop::collection::vec(any::<u8>(), 0..10))
             .prop_map(|(offset, data)| MemOp::WriteInitial { offset, data }),
         (offset.clone(), 0..5000usize).prop_map(|(offset, len)| MemOp::Read { offset, len }),
         (offset.clone(), 0..8usize).prop_map(|(offset, len)| MemOp::Fetch { offset, len }),
         (offset.clone(), size.clone()).prop_map(|(offset, size)| MemOp::Load { offset, size }),
-        (offset, size, any::<u64>()).prop_map(|(offset, size, value)| MemOp::Store { offset, size, value }),
+        (offset, size, any::<u64>()).prop_map(|(offset, size, value)| MemOp::Store {
+            offset,
+            size,
+            value
+        }),
     ]
 }
 
@@ -215,7 +302,13 @@ struct Model {
 }
 
 impl Model {
-    fn check(&self, addr: u64, len: usize, access: AccessKind, need: Option<Perms>) -> Result<(), MemFault> {
+    fn check(
+        &self,
+        addr: u64,
+        len: usize,
+        access: AccessKind,
+        need: Option<Perms>,
+    ) -> Result<(), MemFault> {
         for i in 0..len as u64 {
             let a = addr + i;
             match self.pages.get(&(a / PAGE_SIZE)) {
@@ -228,7 +321,13 @@ impl Model {
         }
         Ok(())
     }
-    fn read(&self, addr: u64, len: usize, access: AccessKind, need: Perms) -> Result<Vec<u8>, MemFault> {
+    fn read(
+        &self,
+        addr: u64,
+        len: usize,
+        access: AccessKind,
+        need: Perms,
+    ) -> Result<Vec<u8>, MemFault> {
         self.check(addr, len, access, Some(need))?;
         Ok((0..len as u64)
             .map(|i| {
@@ -238,7 +337,12 @@ impl Model {
             .collect())
     }
     fn write(&mut self, addr: u64, data: &[u8], checked: bool) -> Result<(), MemFault> {
-        self.check(addr, data.len(), AccessKind::Write, checked.then_some(Perms::WRITE))?;
+        self.check(
+            addr,
+            data.len(),
+            AccessKind::Write,
+            checked.then_some(Perms::WRITE),
+        )?;
         for (i, &b) in data.iter().enumerate() {
             let a = addr + i as u64;
             self.pages.get_mut(&(a / PAGE_SIZE)).unwrap().1[(a % PAGE_SIZE) as usize] = b;

@@ -369,8 +369,11 @@ impl Kernel {
             }
             F_GETFD => self.fds.cloexec(fd).map(u64::from),
             F_SETFD => self.fds.set_cloexec(fd, arg & 1 != 0).map(|()| 0),
+            // The host kernel adds O_LARGEFILE (0x8000) for 64-bit
+            // processes; qemu-riscv64 cannot translate it and drops it, and
+            // so do we, to print what it prints.
             F_GETFL => rustix::fs::fcntl_getfl(host)
-                .map(|f| u64::from((f - OFlags::CLOEXEC).bits()))
+                .map(|f| u64::from((f - OFlags::CLOEXEC).bits() & !0x8000))
                 .map_err(host_errno),
             F_SETFL => rustix::fs::fcntl_setfl(host, OFlags::from_bits_retain(arg as u32))
                 .map(|()| 0)
@@ -812,6 +815,191 @@ impl Kernel {
         rustix::fs::ftruncate(host, len)
             .map(|()| 0)
             .map_err(host_errno)
+    }
+
+    pub(super) fn fallocate(&mut self, fd: u64, mode: u64, offset: u64, len: u64) -> SysResult {
+        let host = self.fds.get(fd)?;
+        if (offset as i64) < 0 || len as i64 <= 0 {
+            return Err(errno::EINVAL);
+        }
+        let flags = rustix::fs::FallocateFlags::from_bits_retain(mode as u32);
+        rustix::fs::fallocate(host, flags, offset, len)
+            .map(|()| 0)
+            .map_err(host_errno)
+    }
+
+    /// `statx`: the structure is the same on every architecture.
+    pub(super) fn statx(
+        &mut self,
+        mem: &mut GuestMemory,
+        dirfd: u64,
+        path: u64,
+        flags: u64,
+        mask: u64,
+        buf: u64,
+    ) -> SysResult {
+        let path = self.host_path(mem, path)?;
+        let dir = self.dirfd(dirfd)?;
+        let st = rustix::fs::statx(
+            dir,
+            path.as_slice(),
+            AtFlags::from_bits_retain(flags as u32),
+            rustix::fs::StatxFlags::from_bits_retain(mask as u32),
+        )
+        .map_err(host_errno)?;
+        let mut raw = [0u8; 256];
+        let mut put_at = |offset: usize, bytes: &[u8]| {
+            if let Some(dst) = raw.get_mut(offset..offset + bytes.len()) {
+                dst.copy_from_slice(bytes);
+            }
+        };
+        put_at(0, &st.stx_mask.to_le_bytes());
+        put_at(4, &st.stx_blksize.to_le_bytes());
+        put_at(8, &st.stx_attributes.bits().to_le_bytes());
+        put_at(16, &st.stx_nlink.to_le_bytes());
+        put_at(20, &st.stx_uid.to_le_bytes());
+        put_at(24, &st.stx_gid.to_le_bytes());
+        put_at(28, &st.stx_mode.to_le_bytes());
+        put_at(32, &st.stx_ino.to_le_bytes());
+        put_at(40, &st.stx_size.to_le_bytes());
+        put_at(48, &st.stx_blocks.to_le_bytes());
+        put_at(56, &st.stx_attributes_mask.bits().to_le_bytes());
+        for (offset, t) in [
+            (64, st.stx_atime),
+            (80, st.stx_btime),
+            (96, st.stx_ctime),
+            (112, st.stx_mtime),
+        ] {
+            put_at(offset, &t.tv_sec.to_le_bytes());
+            put_at(offset + 8, &t.tv_nsec.to_le_bytes());
+        }
+        put_at(128, &st.stx_rdev_major.to_le_bytes());
+        put_at(132, &st.stx_rdev_minor.to_le_bytes());
+        put_at(136, &st.stx_dev_major.to_le_bytes());
+        put_at(140, &st.stx_dev_minor.to_le_bytes());
+        put_at(144, &st.stx_mnt_id.to_le_bytes());
+        put_at(152, &st.stx_dio_mem_align.to_le_bytes());
+        put_at(156, &st.stx_dio_offset_align.to_le_bytes());
+        put(mem, buf, &raw)?;
+        Ok(0)
+    }
+
+    /// statfs (`path` given) or fstatfs (`fd`): the 64-bit generic layout.
+    #[allow(clippy::unnecessary_cast)] // field types differ between host architectures
+    pub(super) fn statfs(
+        &mut self,
+        mem: &mut GuestMemory,
+        path: Option<u64>,
+        fd: u64,
+        buf: u64,
+    ) -> SysResult {
+        // statfs's f_fsid is opaque in rustix; statvfs exposes the same id.
+        let (st, vfs) = match path {
+            Some(addr) => {
+                let path = self.host_path(mem, addr)?;
+                (
+                    rustix::fs::statfs(path.as_slice()),
+                    rustix::fs::statvfs(path.as_slice()),
+                )
+            }
+            None => {
+                let host = self.fds.get(fd)?;
+                (rustix::fs::fstatfs(host), rustix::fs::fstatvfs(host))
+            }
+        };
+        let st = st.map_err(host_errno)?;
+        let fsid = vfs.map_or(0, |v| v.f_fsid);
+        let words: [u64; 8] = [
+            st.f_type as u64,
+            st.f_bsize as u64,
+            st.f_blocks as u64,
+            st.f_bfree as u64,
+            st.f_bavail as u64,
+            st.f_files as u64,
+            st.f_ffree as u64,
+            fsid,
+        ];
+        let mut raw: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        for w in [st.f_namelen as u64, st.f_frsize as u64, st.f_flags as u64] {
+            raw.extend_from_slice(&w.to_le_bytes());
+        }
+        raw.resize(120, 0);
+        put(mem, buf, &raw)?;
+        Ok(0)
+    }
+
+    /// ppoll: guest descriptors mapped to host ones; the signal mask is
+    /// ignored (no asynchronous signals are delivered).
+    pub(super) fn ppoll(
+        &mut self,
+        mem: &mut GuestMemory,
+        fds: u64,
+        nfds: u64,
+        timeout: u64,
+    ) -> SysResult {
+        use rustix::event::{PollFd, PollFlags, Timespec};
+        const POLLNVAL: u16 = 0x20;
+        if nfds > crate::fd::MAX_FDS as u64 {
+            return Err(errno::EINVAL);
+        }
+        let raw = read_guest(mem, fds, nfds * 8)?;
+        check_writable(mem, fds, nfds * 8)?;
+        let wait = if timeout == 0 {
+            None
+        } else {
+            let sec = mem.load(timeout, 8).map_err(|_| errno::EFAULT)? as i64;
+            let nsec = mem.load(timeout + 8, 8).map_err(|_| errno::EFAULT)? as i64;
+            if sec < 0 || !(0..1_000_000_000).contains(&nsec) {
+                return Err(errno::EINVAL);
+            }
+            Some(Timespec {
+                tv_sec: sec,
+                tv_nsec: nsec as _,
+            })
+        };
+        let mut revents = vec![0u16; nfds as usize];
+        let mut polled = Vec::new();
+        let mut slots = Vec::new();
+        for (i, entry) in raw.chunks_exact(8).enumerate() {
+            let fd = i32::from_le_bytes([entry[0], entry[1], entry[2], entry[3]]);
+            let events = u16::from_le_bytes([entry[4], entry[5]]);
+            if fd < 0 {
+                continue;
+            }
+            match self.fds.get(fd as u64) {
+                Ok(host) => {
+                    polled.push(PollFd::from_borrowed_fd(
+                        host,
+                        PollFlags::from_bits_retain(events),
+                    ));
+                    slots.push(i);
+                }
+                Err(_) => revents[i] = POLLNVAL,
+            }
+        }
+        let invalid = revents.iter().filter(|&&r| r != 0).count();
+        let zero = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // With an invalid descriptor the call returns at once, like Linux.
+        let wait = if invalid > 0 {
+            Some(&zero)
+        } else {
+            wait.as_ref()
+        };
+        if !polled.is_empty() || wait.is_some() {
+            rustix::event::poll(&mut polled, wait).map_err(host_errno)?;
+        }
+        for (p, &i) in polled.iter().zip(&slots) {
+            revents[i] = p.revents().bits();
+        }
+        let mut out = raw;
+        for (entry, r) in out.chunks_exact_mut(8).zip(&revents) {
+            entry[6..8].copy_from_slice(&r.to_le_bytes());
+        }
+        put(mem, fds, &out)?;
+        Ok(revents.iter().filter(|&&r| r != 0).count() as u64)
     }
 
     pub(super) fn fsync(&mut self, number: u64, fd: u64) -> SysResult {

@@ -54,6 +54,10 @@ pub(crate) struct Kernel {
     warned: HashSet<u64>,
     /// Resource limits the guest lowered (`setrlimit`), by resource number.
     rlimits: Vec<(u32, u64, u64)>,
+    /// The alternate signal stack (`stack_t`: sp, flags, size).
+    altstack: [u64; 3],
+    /// The thread name (`PR_SET_NAME`), at most 15 bytes.
+    thread_name: Vec<u8>,
 }
 
 impl Kernel {
@@ -67,6 +71,9 @@ impl Kernel {
             sigmask: 0,
             warned: HashSet::new(),
             rlimits: Vec::new(),
+            // SS_DISABLE: no alternate stack yet.
+            altstack: [0, 2, 0],
+            thread_name: Vec::new(),
         }
     }
 
@@ -120,6 +127,11 @@ impl Kernel {
             nr::FCHOWN => self.fchown(a0, a1, a2),
             nr::FCHOWNAT => self.fchownat(mem, a0, a1, a2, a3, a4),
             nr::FTRUNCATE => self.ftruncate(a0, a1),
+            nr::FALLOCATE => self.fallocate(a0, a1, a2, a3),
+            nr::STATX => self.statx(mem, a0, a1, a2, a3, a4),
+            nr::STATFS => self.statfs(mem, Some(a0), 0, a1),
+            nr::FSTATFS => self.statfs(mem, None, a0, a1),
+            nr::PPOLL => self.ppoll(mem, a0, a1, a2),
             nr::FSYNC | nr::FDATASYNC | nr::SYNC_FILE_RANGE => self.fsync(number, a0),
             nr::SYNC => {
                 rustix::fs::sync();
@@ -179,6 +191,12 @@ impl Kernel {
             nr::GETGID => Ok(u64::from(rustix::process::getgid().as_raw())),
             nr::GETEGID => Ok(u64::from(rustix::process::getegid().as_raw())),
             nr::SYSINFO => system::sysinfo(mem, a0),
+            nr::GETPGID => system::getpgid(a0),
+            nr::GETSID => system::getsid(a0),
+            nr::GETGROUPS => system::getgroups(mem, a0, a1),
+            nr::GETCPU => system::getcpu(mem, a0, a1),
+            nr::SIGALTSTACK => self.sigaltstack(mem, a0, a1),
+            nr::PRCTL => self.prctl(mem, a0, a1),
             nr::SCHED_GETAFFINITY => system::sched_getaffinity(mem, a0, a1, a2),
             nr::SCHED_YIELD => {
                 std::thread::yield_now();
@@ -319,6 +337,69 @@ impl Kernel {
             mem.store(oldset, 8, old).map_err(|_| errno::EFAULT)?;
         }
         Ok(0)
+    }
+
+    fn sigaltstack(&mut self, mem: &mut GuestMemory, new: u64, old: u64) -> Result<u64, i32> {
+        const SS_DISABLE: u64 = 2;
+        const SS_AUTODISARM: u64 = 1 << 31;
+        const MINSIGSTKSZ: u64 = 2048;
+        let mut next = None;
+        if new != 0 {
+            let sp = mem.load(new, 8).map_err(|_| errno::EFAULT)?;
+            let flags = mem.load(new + 8, 4).map_err(|_| errno::EFAULT)?;
+            let size = mem.load(new + 16, 8).map_err(|_| errno::EFAULT)?;
+            if flags & !(SS_DISABLE | SS_AUTODISARM) != 0 {
+                return Err(errno::EINVAL);
+            }
+            if flags & SS_DISABLE == 0 && size < MINSIGSTKSZ {
+                return Err(errno::ENOMEM);
+            }
+            next = Some(if flags & SS_DISABLE != 0 {
+                [0, SS_DISABLE, 0]
+            } else {
+                [sp, flags, size]
+            });
+        }
+        if old != 0 {
+            let [sp, flags, size] = self.altstack;
+            mem.store(old, 8, sp).map_err(|_| errno::EFAULT)?;
+            mem.store(old + 8, 8, flags).map_err(|_| errno::EFAULT)?;
+            mem.store(old + 16, 8, size).map_err(|_| errno::EFAULT)?;
+        }
+        if let Some(next) = next {
+            self.altstack = next;
+        }
+        Ok(0)
+    }
+
+    fn prctl(&mut self, mem: &mut GuestMemory, option: u64, arg: u64) -> Result<u64, i32> {
+        const PR_SET_NAME: u64 = 15;
+        const PR_GET_NAME: u64 = 16;
+        match option {
+            PR_SET_NAME => {
+                let name = mem.read_cstr(arg, 16).map_err(|_| errno::EFAULT)?;
+                self.thread_name = name.into_iter().take(15).collect();
+                Ok(0)
+            }
+            PR_GET_NAME => {
+                let mut raw = [0u8; 16];
+                let name = if self.thread_name.is_empty() {
+                    // Linux names a thread after the executable's file name.
+                    self.exe_path
+                        .file_name()
+                        .map(|n| n.as_encoded_bytes().to_vec())
+                        .unwrap_or_default()
+                } else {
+                    self.thread_name.clone()
+                };
+                for (dst, src) in raw.iter_mut().zip(name.iter().take(15)) {
+                    *dst = *src;
+                }
+                mem.write(arg, &raw).map_err(|_| errno::EFAULT)?;
+                Ok(0)
+            }
+            _ => Err(errno::EINVAL),
+        }
     }
 
     fn prlimit(

@@ -289,3 +289,53 @@ pub(super) fn sched_getaffinity(mem: &mut GuestMemory, pid: u64, len: u64, mask:
     put(mem, mask, &bits.to_le_bytes())?;
     Ok(8)
 }
+
+fn pid_arg(pid: u64) -> Result<Option<rustix::process::Pid>, i32> {
+    if pid == 0 {
+        return Ok(None);
+    }
+    rustix::process::Pid::from_raw(pid as i32)
+        .filter(|p| p.as_raw_nonzero().get() > 0)
+        .map(Some)
+        .ok_or(errno::ESRCH)
+}
+
+pub(super) fn getpgid(pid: u64) -> SysResult {
+    rustix::process::getpgid(pid_arg(pid)?)
+        .map(|p| p.as_raw_nonzero().get() as u64)
+        .map_err(host_errno)
+}
+
+pub(super) fn getsid(pid: u64) -> SysResult {
+    rustix::process::getsid(pid_arg(pid)?)
+        .map(|p| p.as_raw_nonzero().get() as u64)
+        .map_err(host_errno)
+}
+
+pub(super) fn getgroups(mem: &mut GuestMemory, size: u64, list: u64) -> SysResult {
+    let groups = rustix::process::getgroups().map_err(host_errno)?;
+    let count = groups.len() as u64;
+    if size == 0 {
+        return Ok(count);
+    }
+    if (size as i32) < 0 || size < count {
+        return Err(errno::EINVAL);
+    }
+    let raw: Vec<u8> = groups
+        .iter()
+        .flat_map(|g| g.as_raw().to_le_bytes())
+        .collect();
+    put(mem, list, &raw)?;
+    Ok(count)
+}
+
+pub(super) fn getcpu(mem: &mut GuestMemory, cpu: u64, node: u64) -> SysResult {
+    // The guest has one vCPU: it always runs on CPU 0 of node 0.
+    if cpu != 0 {
+        put(mem, cpu, &0u32.to_le_bytes())?;
+    }
+    if node != 0 {
+        put(mem, node, &0u32.to_le_bytes())?;
+    }
+    Ok(0)
+}

@@ -240,6 +240,13 @@ impl TraceSession {
         &self.profiler
     }
 
+    /// The session's registration with the profiler: it starts subscribed
+    /// to every kind; unsubscribe what a trace should leave out (e.g.
+    /// [`EventKind::TbTranslated`] in JSON Lines, one line per block).
+    pub fn handle(&self) -> &ProfilerHandle {
+        &self.handle
+    }
+
     /// A lifecycle observer that raises this session's profiler's image
     /// events; give it to `ImageRegistry::add_observer`.
     pub fn image_observer(&self) -> ImageEventBridge {

@@ -10,17 +10,41 @@ pub const DATA: u64 = 0x20000;
 #[derive(Clone, Copy, Debug)]
 pub enum Op {
     /// rd = rs + imm
-    Addi { rd: u8, rs: u8, imm: i64 },
+    Addi {
+        rd: u8,
+        rs: u8,
+        imm: i64,
+    },
     /// rd = load(rs + imm, size, signed)
-    Load { rd: u8, rs: u8, imm: i64, size: u8, signed: bool },
+    Load {
+        rd: u8,
+        rs: u8,
+        imm: i64,
+        size: u8,
+        signed: bool,
+    },
     /// store(rs + imm, size) = rd
-    Store { rd: u8, rs: u8, imm: i64, size: u8 },
+    Store {
+        rd: u8,
+        rs: u8,
+        imm: i64,
+        size: u8,
+    },
     /// if rd != rs: pc += imm
-    Bne { rd: u8, rs: u8, imm: i64 },
+    Bne {
+        rd: u8,
+        rs: u8,
+        imm: i64,
+    },
     /// pc += imm
-    Jmp { imm: i64 },
+    Jmp {
+        imm: i64,
+    },
     /// tmp = load8(rs); store8(rs, tmp + rd); rd = tmp
-    AmoAdd { rd: u8, rs: u8 },
+    AmoAdd {
+        rd: u8,
+        rs: u8,
+    },
     Syscall,
     Break,
     FenceI,
@@ -88,8 +112,10 @@ pub struct Cpu {
 
 pub struct Toy;
 
-const NAMES: [&str; 17] =
-    ["pc", "r0", "r1", "r2", "r3", "r4", "r5", "r6", "r7", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15"];
+const NAMES: [&str; 17] = [
+    "pc", "r0", "r1", "r2", "r3", "r4", "r5", "r6", "r7", "r8", "r9", "r10", "r11", "r12", "r13",
+    "r14", "r15",
+];
 
 fn reg(cpu: &Cpu, r: u8) -> u64 {
     cpu.x[usize::from(r & 15)]
@@ -114,11 +140,54 @@ impl Frontend for Toy {
         let imm = i64::from(raw as u16 as i16);
         let (op, ends_block) = match raw >> 24 {
             OP_ADDI => (Op::Addi { rd, rs, imm }, false),
-            OP_LD => (Op::Load { rd, rs, imm, size: 8, signed: false }, false),
-            OP_LW_SIGNED => (Op::Load { rd, rs, imm, size: 4, signed: true }, false),
-            OP_LB => (Op::Load { rd, rs, imm, size: 1, signed: false }, false),
-            OP_SD => (Op::Store { rd, rs, imm, size: 8 }, false),
-            OP_SB => (Op::Store { rd, rs, imm, size: 1 }, false),
+            OP_LD => (
+                Op::Load {
+                    rd,
+                    rs,
+                    imm,
+                    size: 8,
+                    signed: false,
+                },
+                false,
+            ),
+            OP_LW_SIGNED => (
+                Op::Load {
+                    rd,
+                    rs,
+                    imm,
+                    size: 4,
+                    signed: true,
+                },
+                false,
+            ),
+            OP_LB => (
+                Op::Load {
+                    rd,
+                    rs,
+                    imm,
+                    size: 1,
+                    signed: false,
+                },
+                false,
+            ),
+            OP_SD => (
+                Op::Store {
+                    rd,
+                    rs,
+                    imm,
+                    size: 8,
+                },
+                false,
+            ),
+            OP_SB => (
+                Op::Store {
+                    rd,
+                    rs,
+                    imm,
+                    size: 1,
+                },
+                false,
+            ),
             OP_BNE => (Op::Bne { rd, rs, imm }, true),
             OP_JMP => (Op::Jmp { imm }, true),
             OP_AMOADD => (Op::AmoAdd { rd, rs }, false),
@@ -127,7 +196,12 @@ impl Frontend for Toy {
             OP_FENCEI => (Op::FenceI, true),
             _ => return Err(DecodeError::Illegal { pc, raw }),
         };
-        Ok(Decoded { op, len: 4, raw, ends_block })
+        Ok(Decoded {
+            op,
+            len: 4,
+            raw,
+            ends_block,
+        })
     }
     fn execute<M: MemAccess>(cpu: &mut Cpu, op: &Op, pc: u64, mem: &mut M) -> Flow {
         match *op {
@@ -135,15 +209,19 @@ impl Frontend for Toy {
                 cpu.x[usize::from(rd)] = reg(cpu, rs).wrapping_add(imm as u64);
                 Flow::Next
             }
-            Op::Load { rd, rs, imm, size, signed } => {
-                match mem.load(reg(cpu, rs).wrapping_add(imm as u64), size, signed) {
-                    Ok(v) => {
-                        cpu.x[usize::from(rd)] = v;
-                        Flow::Next
-                    }
-                    Err(f) => Flow::Exit(CpuExit::Fault(f)),
+            Op::Load {
+                rd,
+                rs,
+                imm,
+                size,
+                signed,
+            } => match mem.load(reg(cpu, rs).wrapping_add(imm as u64), size, signed) {
+                Ok(v) => {
+                    cpu.x[usize::from(rd)] = v;
+                    Flow::Next
                 }
-            }
+                Err(f) => Flow::Exit(CpuExit::Fault(f)),
+            },
             Op::Store { rd, rs, imm, size } => {
                 match mem.store(reg(cpu, rs).wrapping_add(imm as u64), size, reg(cpu, rd)) {
                     Ok(()) => Flow::Next,
@@ -176,7 +254,10 @@ impl Frontend for Toy {
         }
     }
     fn disassemble(&self, raw: &[u8], _pc: u64) -> String {
-        let word = raw.iter().rev().fold(0u32, |acc, &b| (acc << 8) | u32::from(b));
+        let word = raw
+            .iter()
+            .rev()
+            .fold(0u32, |acc, &b| (acc << 8) | u32::from(b));
         format!("op{} {:#x}", word >> 24, word & 0xff_ffff)
     }
     fn read_register(cpu: &Cpu, name: &str) -> Option<u64> {
@@ -196,9 +277,11 @@ pub fn machine(code: &[u32]) -> GuestMemory {
     let mut mem = GuestMemory::new();
     let bytes: Vec<u8> = code.iter().flat_map(|w| w.to_le_bytes()).collect();
     let len = (bytes.len() as u64).max(1);
-    mem.map(CODE, len, Perms::READ | Perms::EXEC).expect("map code");
+    mem.map(CODE, len, Perms::READ | Perms::EXEC)
+        .expect("map code");
     mem.write_initial(CODE, &bytes).expect("load code");
-    mem.map(DATA, PAGE_SIZE, Perms::READ | Perms::WRITE).expect("map data");
+    mem.map(DATA, PAGE_SIZE, Perms::READ | Perms::WRITE)
+        .expect("map data");
     mem
 }
 
@@ -211,25 +294,25 @@ pub fn cpu_at(pc: u64) -> Cpu {
 /// 5 instructions per iteration: addi, ld, sd, addi(pad), bne.
 pub fn loop_program(n: i32) -> Vec<u32> {
     vec![
-        addi(2, 0, n),         // 0x00: r2 = n
-        addi(4, 0, 0x2000),    // 0x04: r4 = 0x2000
-        addi(4, 4, 0x2000),    // 0x08: r4 = 0x4000 ... built up below
-        addi(5, 0, 0),         // 0x0c
+        addi(2, 0, n),      // 0x00: r2 = n
+        addi(4, 0, 0x2000), // 0x04: r4 = 0x2000
+        addi(4, 4, 0x2000), // 0x08: r4 = 0x4000 ... built up below
+        addi(5, 0, 0),      // 0x0c
         // r4 = DATA via repeated adds is awkward; DATA = 0x20000 = 8 * 0x4000
-        addi(4, 4, 0x4000),    // 0x10: r4 = 0x8000
+        addi(4, 4, 0x4000),     // 0x10: r4 = 0x8000
         addi(4, 4, 0x4000 - 1), // 0x14: r4 = 0xbfff
-        addi(4, 4, 0x4001),    // 0x18: r4 = 0x10000
-        addi(4, 4, 0x4000),    // 0x1c: 0x14000
-        addi(4, 4, 0x4000),    // 0x20: 0x18000
-        addi(4, 4, 0x4000),    // 0x24: 0x1c000
-        addi(4, 4, 0x4000),    // 0x28: 0x20000 = DATA
+        addi(4, 4, 0x4001),     // 0x18: r4 = 0x10000
+        addi(4, 4, 0x4000),     // 0x1c: 0x14000
+        addi(4, 4, 0x4000),     // 0x20: 0x18000
+        addi(4, 4, 0x4000),     // 0x24: 0x1c000
+        addi(4, 4, 0x4000),     // 0x28: 0x20000 = DATA
         // loop body at 0x2c
-        addi(1, 1, 1),         // 0x2c
-        ld(3, 4, 0),           // 0x30
-        sd(1, 4, 8),           // 0x34
-        addi(6, 6, 2),         // 0x38
-        bne(1, 2, -16),        // 0x3c -> 0x2c
-        syscall(),             // 0x40
+        addi(1, 1, 1),  // 0x2c
+        ld(3, 4, 0),    // 0x30
+        sd(1, 4, 8),    // 0x34
+        addi(6, 6, 2),  // 0x38
+        bne(1, 2, -16), // 0x3c -> 0x2c
+        syscall(),      // 0x40
     ]
 }
 
