@@ -32,6 +32,8 @@ pub struct ImagesArgs {
     /// first, before the directories of the given files.
     #[arg(long = "search", value_name = "DIR")]
     search: Vec<PathBuf>,
+    #[command(flatten)]
+    trace: crate::trace::TraceArgs,
 }
 
 /// One lifecycle event, as printed.
@@ -109,6 +111,10 @@ pub fn run(args: &ImagesArgs) -> Result<ExitCode> {
     }
     let log = EventLog::default();
     registry.add_observer(log.clone());
+    let trace = args.trace.open()?;
+    if let Some(session) = &trace {
+        registry.add_observer(session.image_observer());
+    }
 
     let mut handles = Vec::new();
     for path in &args.paths {
@@ -134,6 +140,9 @@ pub fn run(args: &ImagesArgs) -> Result<ExitCode> {
         registry.close(handle).context("closing an image")?;
     }
     let events = log.take();
+    if let Some(session) = &trace {
+        session.finish().context("finishing the trace")?;
+    }
 
     let mut out = String::new();
     if args.json {

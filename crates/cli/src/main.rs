@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 mod images;
 mod run;
+mod trace;
 
 /// Run RV64 Linux programs with plugins and traces; inspect images.
 #[derive(Parser, Debug)]
