@@ -4,8 +4,10 @@ use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod bench_vs_qemu;
 mod corpus_images;
 mod fixtures;
+mod realworld;
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -15,6 +17,8 @@ fn main() -> Result<()> {
         Some("test") => test(&root),
         Some("fixtures") => fixtures::run(&root),
         Some("corpus-images") => corpus_images::run(&args[1..]),
+        Some("realworld") => realworld::run(&root, &args[1..]),
+        Some("bench-vs-qemu") => bench_vs_qemu::run(&root, &args[1..]),
         Some(other) => bail!("unknown task `{other}`\n{USAGE}"),
         None => {
             println!("{USAGE}");
@@ -28,7 +32,9 @@ tasks:
   ci    run what CI runs: fmt check, clippy -D warnings, then `test`
   test  the test suite: every crate's tests and the corpus checks
   corpus-images [DIR...]  compare image-core with monodis on every assembly (default /usr/lib/mono)
-  fixtures  rebuild the RV64 guest programs in fixtures/guests/ (needs riscv64-linux-gnu-gcc)";
+  fixtures  rebuild the RV64 guest programs in fixtures/guests/ (needs riscv64-linux-gnu-gcc)
+  realworld [--force]  build lua, zstd and sqlite3 for RV64 from Debian source packages into target/realworld/
+  bench-vs-qemu [--runs N] [--only NAME,...] [--no-docs]  time qemu-riscv64 vs tcgkit, bare and with plugins; update docs/benchmarks.md";
 
 fn project_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -66,6 +72,7 @@ fn ci(root: &Path) -> Result<()> {
 }
 
 fn test(root: &Path) -> Result<()> {
+    realworld::prepare_for_tests(root)?;
     cargo(root, &["test", "--workspace"])?;
     // Under CI a missing monodis is installed (or fails the run); locally it is skipped.
     if std::env::var_os("CI").is_none() && !corpus_images::monodis_available() {

@@ -183,15 +183,23 @@ fn strace_matches_qemu() {
         eprintln!("skipping the comparison: qemu-riscv64 is not installed");
         return;
     }
-    for args in [["exit=3"], ["segv"], ["ill"], ["abort"]] {
+    let signals = fixture("signals");
+    let cases: [(&Path, &[&str]); 5] = [
+        (&guest, &["exit=3"]),
+        (&guest, &["segv"]),
+        (&guest, &["ill"]),
+        (&guest, &["abort"]),
+        (&signals, &[]),
+    ];
+    for (program, args) in cases {
         let ours = strace_lines(
             env!("CARGO_BIN_EXE_tcgkit"),
             &["run", "--strace"],
-            &guest,
-            &args,
+            program,
+            args,
         )
         .0;
-        let reference = strace_lines("qemu-riscv64", &["-strace"], &guest, &args).0;
-        assert_eq!(ours, reference, "strace of faults {args:?}");
+        let reference = strace_lines("qemu-riscv64", &["-strace"], program, args).0;
+        assert_eq!(ours, reference, "strace of {} {args:?}", program.display());
     }
 }

@@ -228,6 +228,11 @@ fn exit_status() {
 }
 
 #[test]
+fn signal_handlers() {
+    differential("signal_handlers", "signals", &[], b"");
+}
+
+#[test]
 fn no_fault() {
     differential("no_fault", "faults", &["none"], b"");
 }

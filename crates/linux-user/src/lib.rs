@@ -7,7 +7,8 @@
 //! `AT_PHDR`, `AT_ENTRY`, `AT_RANDOM`, `AT_HWCAP`, `AT_EXECFN`, ...).
 //! [`Process::run`] executes it on tcg-core's engine with the riscv frontend
 //! and serves its Linux syscalls from the host (files, memory, time, ...).
-//! Unknown syscalls return `-ENOSYS` with a one-time warning on stderr.
+//! Sockets (Unix, IPv4, IPv6) are forwarded to the host. Unknown syscalls
+//! return `-ENOSYS` with a one-time warning on stderr.
 //! The guest ends with a [`GuestExit`]: its exit status, or the signal that
 //! killed it (SIGSEGV for a bad access, SIGBUS for a misaligned atomic,
 //! SIGILL, SIGTRAP, SIGABRT from `abort()`), exactly as under qemu-riscv64.
@@ -29,11 +30,15 @@
 //! # Ok::<(), tcgkit_linux_user::LoadError>(())
 //! ```
 //!
-//! Limits (documented, not silent): one thread; signals a program raises at
-//! itself take their default action (guest handlers are recorded but not
-//! run); writable shared file mappings are refused with `ENODEV`; fcntl
-//! record locks are checked against other processes but not taken on the
-//! host.
+//! Signals the guest raises at itself (`raise`, `abort`, a fault, SIGPIPE)
+//! run its handlers on a Linux-layout signal frame, honour the mask,
+//! `SA_RESETHAND`, `SA_NODEFER` and the alternate stack, and otherwise take
+//! their default action.
+//!
+//! Limits (documented, not silent): one thread; no signals from outside the
+//! process (the host's SIGINT ends tcgkit itself); writable shared file
+//! mappings are refused with `ENODEV`; fcntl record locks are checked
+//! against other processes but not taken on the host.
 #![forbid(unsafe_code)]
 
 pub mod abi;
@@ -42,6 +47,7 @@ mod fd;
 mod loader;
 mod mm;
 mod process;
+mod sigframe;
 mod signal;
 mod strace;
 mod syscall;

@@ -89,7 +89,9 @@ pub(crate) fn load_image(image: &Image, mem: &mut GuestMemory) -> Result<LoadedI
         let lead = vaddr - start;
         let file_start = seg.offset - lead;
         let file_len = seg.filesz + lead;
-        let file_end = file_start.checked_add(file_len).ok_or_else(|| bad("file range overflows"))?;
+        let file_end = file_start
+            .checked_add(file_len)
+            .ok_or_else(|| bad("file range overflows"))?;
         let data = usize::try_from(file_start)
             .ok()
             .zip(usize::try_from(file_end).ok())
@@ -183,6 +185,7 @@ pub(crate) fn build_stack(
         .map_err(|e| LoadError::Stack(e.to_string()))?;
     mem.map(STACK_BOTTOM, STACK_SIZE, Perms::READ | Perms::WRITE)
         .map_err(|e| LoadError::Stack(e.to_string()))?;
+    crate::sigframe::map_trampoline(mem).map_err(|e| LoadError::Stack(e.to_string()))?;
 
     let strings: usize =
         args.iter().chain(env).map(|s| s.len() + 1).sum::<usize>() + execfn.len() + 1;

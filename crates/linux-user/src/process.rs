@@ -14,9 +14,10 @@ use crate::error::LoadError;
 use crate::fd::FdTable;
 use crate::loader::{self, Credentials};
 use crate::mm::AddressSpace;
+use crate::sigframe;
 use crate::signal::Signal;
 use crate::strace::{self, SignalCause};
-use crate::syscall::{Kernel, Outcome};
+use crate::syscall::{Disposition, Kernel, Outcome};
 
 /// How a guest process ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,7 +98,7 @@ impl std::fmt::Debug for Process {
 
 impl Process {
     /// Loads the static RV64 executable at `path`. `args` is the complete
-    /// argv (argv[0] included, as the guest will see it) and `env` the
+    /// argv (`argv[0]` included, as the guest will see it) and `env` the
     /// environment as `NAME=value` strings. Guest descriptors 0-2 are the
     /// host's stdin, stdout and stderr.
     pub fn load(path: &Path, args: &[OsString], env: &[OsString]) -> Result<Process, LoadError> {
@@ -197,11 +198,19 @@ impl Process {
                 // si_code 1: TRAP_BRKPT, ILL_ILLOPC, SEGV_MAPERR, BUS_ADRALN.
                 CpuExit::Breakpoint => {
                     let addr = self.cpu.pc();
-                    return self.fatal(Signal::TRAP, SignalCause::Fault { code: 1, addr });
+                    if let Some(exit) =
+                        self.fault(Signal::TRAP, SignalCause::Fault { code: 1, addr })
+                    {
+                        return exit;
+                    }
                 }
                 CpuExit::IllegalInstruction { .. } => {
                     let addr = self.cpu.pc();
-                    return self.fatal(Signal::ILL, SignalCause::Fault { code: 1, addr });
+                    if let Some(exit) =
+                        self.fault(Signal::ILL, SignalCause::Fault { code: 1, addr })
+                    {
+                        return exit;
+                    }
                 }
                 CpuExit::Fault(fault) => {
                     let (sig, code) = match fault.kind {
@@ -209,13 +218,13 @@ impl Process {
                         MemFaultKind::Protection => (Signal::SEGV, 2),
                         MemFaultKind::Unmapped => (Signal::SEGV, 1),
                     };
-                    return self.fatal(
-                        sig,
-                        SignalCause::Fault {
-                            code,
-                            addr: fault.addr,
-                        },
-                    );
+                    let cause = SignalCause::Fault {
+                        code,
+                        addr: fault.addr,
+                    };
+                    if let Some(exit) = self.fault(sig, cause) {
+                        return exit;
+                    }
                 }
                 // The engine handles these itself; resume if one comes back.
                 CpuExit::FlushCode => self.engine.flush(),
@@ -224,10 +233,72 @@ impl Process {
         }
     }
 
+    /// A synchronous signal from the instruction at pc: its handler runs if
+    /// it has one and it is not blocked; otherwise the guest dies (Linux
+    /// does not let a blocked or ignored fault signal pass).
+    fn fault(&mut self, sig: Signal, cause: SignalCause) -> Option<GuestExit> {
+        let handled =
+            self.kernel.disposition(sig) == Disposition::Handler && !self.kernel.is_blocked(sig);
+        if !handled {
+            return Some(self.fatal(sig, cause));
+        }
+        self.enter_handler(sig, cause)
+    }
+
+    /// Runs the guest's handler for `sig` (after the strace line).
+    fn enter_handler(&mut self, sig: Signal, cause: SignalCause) -> Option<GuestExit> {
+        if self.options.strace {
+            let line = strace::format_signal(sig.number(), cause);
+            let _ = std::io::stderr().lock().write_all(line.as_bytes());
+        }
+        match sigframe::enter_handler(&mut self.cpu, &mut self.mem, &mut self.kernel, sig, cause) {
+            Ok(()) => None,
+            // No room for the frame: Linux kills with SIGSEGV.
+            Err(()) => Some(GuestExit::Signaled(Signal::SEGV)),
+        }
+    }
+
+    /// Delivers the first pending, unblocked signal, if any.
+    fn deliver_pending(&mut self) -> Option<GuestExit> {
+        while let Some((sig, by_thread)) = self.kernel.take_deliverable() {
+            let cause = SignalCause::Sent {
+                by_thread,
+                pid: std::process::id(),
+                uid: rustix::process::getuid().as_raw(),
+            };
+            match self.kernel.disposition(sig) {
+                Disposition::Ignore => {}
+                Disposition::Default if !sig.default_terminates() => {}
+                Disposition::Default => return Some(self.fatal(sig, cause)),
+                // One handler at a time: the rest wait for its sigreturn.
+                Disposition::Handler => return self.enter_handler(sig, cause),
+            }
+        }
+        None
+    }
+
     /// Handles the `ecall` at pc; `Some` when the process is over.
     fn syscall(&mut self) -> Option<GuestExit> {
         let number = self.cpu.x(17);
         let args = [10, 11, 12, 13, 14, 15].map(|r| self.cpu.x(r));
+        if number == crate::abi::nr::RT_SIGRETURN {
+            if let Some(observer) = self.observer.as_mut() {
+                observer.on_syscall(number, &args);
+            }
+            if self.options.strace {
+                // qemu shows the generic form and its internal "errno".
+                let line = strace::format_call(std::process::id(), number, &args, &mut self.mem);
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "{line} = -1 errno=513 (Successful exit from sigreturn)"
+                );
+            }
+            if sigframe::restore(&mut self.cpu, &mut self.mem, &mut self.kernel).is_err() {
+                let addr = self.cpu.x(2);
+                return Some(self.fatal(Signal::SEGV, SignalCause::Fault { code: 1, addr }));
+            }
+            return self.deliver_pending();
+        }
         if let Some(observer) = self.observer.as_mut() {
             observer.on_syscall(number, &args);
         }
@@ -254,7 +325,7 @@ impl Process {
                 self.cpu.set_x(10, value);
                 // ecall has no compressed form: always 4 bytes.
                 self.cpu.set_pc(self.cpu.pc().wrapping_add(4));
-                None
+                self.deliver_pending()
             }
             Outcome::Exit(code) => Some(GuestExit::Exited(code as u8)),
             Outcome::Killed(sig) => {

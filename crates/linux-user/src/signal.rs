@@ -24,8 +24,12 @@ impl Signal {
     pub const FPE: Signal = Signal(8);
     /// SIGKILL.
     pub const KILL: Signal = Signal(9);
+    /// SIGUSR1.
+    pub const USR1: Signal = Signal(10);
     /// SIGSEGV: access to unmapped or protected memory.
     pub const SEGV: Signal = Signal(11);
+    /// SIGUSR2.
+    pub const USR2: Signal = Signal(12);
     /// SIGPIPE.
     pub const PIPE: Signal = Signal(13);
     /// SIGTERM.

@@ -53,6 +53,12 @@ enum Arg {
     Sig,
     /// `SIG_BLOCK`, `SIG_UNBLOCK` or `SIG_SETMASK`.
     SigHow,
+    /// Socket domain (`PF_UNIX`).
+    SockDomain,
+    /// Socket type and flags (`SOCK_STREAM|SOCK_CLOEXEC`).
+    SockType,
+    /// Socket protocol (`IPPROTO_IP`).
+    SockProto,
 }
 
 /// How the result is printed.
@@ -110,6 +116,8 @@ fn spec(number: u64) -> Option<(&'static [Arg], Ret)> {
         nr::KILL | nr::TKILL => (&[Int, Sig], Ret::Int),
         nr::TGKILL => (&[Int, Int, Sig], Ret::Int),
         nr::RT_SIGPROCMASK => (&[SigHow, Addr, Addr], Ret::Int),
+        nr::SOCKET => (&[SockDomain, SockType, SockProto], Ret::Int),
+        nr::CONNECT | nr::BIND => (&[Int, Hex, Int], Ret::Int),
         nr::RT_SIGACTION => (&[Sig, Addr, Addr], Ret::Int),
         _ => return None,
     })
@@ -271,6 +279,38 @@ fn format_arg(out: &mut String, kind: Arg, value: u64, mem: &mut GuestMemory) {
             0 => write!(out, "SIG_BLOCK"),
             1 => write!(out, "SIG_UNBLOCK"),
             2 => write!(out, "SIG_SETMASK"),
+            _ => write!(out, "{low}"),
+        },
+        Arg::SockDomain => match low {
+            1 => write!(out, "PF_UNIX"),
+            2 => write!(out, "PF_INET"),
+            10 => write!(out, "PF_INET6"),
+            16 => write!(out, "PF_NETLINK"),
+            17 => write!(out, "PF_PACKET"),
+            _ => write!(out, "{low}"),
+        },
+        Arg::SockType => {
+            let _ = match low & 0xf {
+                1 => write!(out, "SOCK_STREAM"),
+                2 => write!(out, "SOCK_DGRAM"),
+                3 => write!(out, "SOCK_RAW"),
+                4 => write!(out, "SOCK_RDM"),
+                5 => write!(out, "SOCK_SEQPACKET"),
+                10 => write!(out, "SOCK_PACKET"),
+                other => write!(out, "{other}"),
+            };
+            if low & 0x80000 != 0 {
+                out.push_str("|SOCK_CLOEXEC");
+            }
+            if low & 0x800 != 0 {
+                out.push_str("|SOCK_NONBLOCK");
+            }
+            Ok(())
+        }
+        Arg::SockProto => match low {
+            0 => write!(out, "IPPROTO_IP"),
+            6 => write!(out, "IPPROTO_TCP"),
+            17 => write!(out, "IPPROTO_UDP"),
             _ => write!(out, "{low}"),
         },
         Arg::FutexOp => {
@@ -581,6 +621,19 @@ mod tests {
                 }
             ),
             "--- SIGIOT {si_signo=SIGIOT, si_code=SI_TKILL, si_pid=9, si_uid=0} ---\n"
+        );
+    }
+
+    #[test]
+    fn sockets_like_qemu() {
+        let mut mem = GuestMemory::new();
+        assert_eq!(
+            line(nr::SOCKET, [1, 0x80801, 0, 0, 0, 0], 3, &mut mem),
+            "42 socket(PF_UNIX,SOCK_STREAM|SOCK_CLOEXEC|SOCK_NONBLOCK,IPPROTO_IP) = 3\n"
+        );
+        assert_eq!(
+            line(nr::CONNECT, [3, 0x40007fee68, 110, 0, 0, 0], -2, &mut mem),
+            "42 connect(3,0x7fee68,110) = -1 errno=2 (No such file or directory)\n"
         );
     }
 

@@ -181,7 +181,9 @@ fn files_that_cannot_run_get_clear_errors() {
     // Arbitrary corruption of the ELF and program headers: an error or a
     // loadable image, never a panic (TCGKIT_FUZZ_ROUNDS to run longer).
     const DEFAULT_ROUNDS: u64 = 300;
-    let rounds = std::env::var("TCGKIT_FUZZ_ROUNDS").ok().and_then(|v| v.parse().ok());
+    let rounds = std::env::var("TCGKIT_FUZZ_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok());
     let rounds: u64 = rounds.unwrap_or(DEFAULT_ROUNDS);
     let mut seed = 0x2545_f491_4f6c_dd1du64;
     for round in 0..rounds {
@@ -203,8 +205,11 @@ fn files_that_cannot_run_get_clear_errors() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Each syscall number with its return value (`None` until it returns).
+type SyscallLog = std::sync::Arc<std::sync::Mutex<Vec<(u64, Option<u64>)>>>;
+
 /// Records what the observer hook sees.
-struct Recorder(std::sync::Arc<std::sync::Mutex<Vec<(u64, Option<u64>)>>>);
+struct Recorder(SyscallLog);
 
 impl tcgkit_linux_user::SyscallObserver for Recorder {
     fn on_syscall(&mut self, number: u64, _args: &[u64; 6]) {
@@ -220,7 +225,7 @@ impl tcgkit_linux_user::SyscallObserver for Recorder {
 
 #[test]
 fn syscall_observer_sees_every_call_and_return() {
-    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = SyscallLog::default();
     let mut process =
         Process::load(&fixture("faults"), &os(&["faults", "exit=5"]), &[]).expect("load");
     process.set_syscall_observer(Box::new(Recorder(log.clone())));
@@ -248,4 +253,15 @@ fn syscall_observer_sees_every_call_and_return() {
         "every other call returned"
     );
     assert!(process.engine().stats().insns_executed > 1000);
+}
+
+#[test]
+fn guest_signal_handlers_run_and_reset() {
+    // The fixture's handlers run for raise/kill and caught faults; its last
+    // SIGUSR1 finds the handler reset by SA_RESETHAND and kills it.
+    let mut process = Process::load(&fixture("signals"), &os(&["signals"]), &[]).expect("load");
+    assert_eq!(
+        process.run(),
+        GuestExit::Signaled(tcgkit_linux_user::Signal::USR1)
+    );
 }

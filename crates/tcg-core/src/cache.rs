@@ -36,17 +36,10 @@ pub(crate) struct TbHeader {
     /// First op in `Generation::ops` (and raw encoding in `raws`).
     pub(crate) ops_start: u32,
     pub(crate) insn_count: u32,
-    /// First entry in `Generation::insn_instr`, `NONE` if uninstrumented.
-    pub(crate) instr_start: u32,
-    /// The block's actions in `Generation::actions`: `entry_len` block-entry
-    /// actions, then each instruction's in order (`actions_len` in all).
-    pub(crate) actions_start: u32,
-    pub(crate) actions_len: u32,
-    pub(crate) entry_len: u32,
-    /// The block's memory actions in `Generation::mem_actions`, per
-    /// instruction in order.
-    pub(crate) mem_start: u32,
-    pub(crate) mem_len: u32,
+    /// The block's instrumented step stream in `Generation::steps`;
+    /// `steps_start == NONE` for an uninstrumented block.
+    pub(crate) steps_start: u32,
+    pub(crate) steps_len: u32,
     /// Set by range invalidation; the block is unreachable afterwards.
     pub(crate) dead: bool,
 }
@@ -58,18 +51,23 @@ impl TbHeader {
     }
 }
 
-/// Compiled per-instruction (or block-entry) action; callbacks and
-/// scoreboards are referenced by index into the generation's tables.
+/// One step of an instrumented block: the guest instructions interleaved
+/// with what runs before each of them (the block-entry actions come first).
+/// Callbacks and scoreboards are referenced by index into the generation's
+/// tables, so steps are `Copy` and freed wholesale with the generation.
 #[derive(Clone, Copy, Debug)]
-pub(crate) enum CompiledAction {
-    Call {
-        cb: u32,
-    },
+pub(crate) enum Step<Op> {
+    /// Execute a guest instruction.
+    Insn { op: Op, len: u8 },
+    /// Call an instruction (or block-entry) callback.
+    Call { cb: u32 },
+    /// Update a scoreboard entry.
     Inline {
         board: u32,
         slot: u32,
         kind: InlineKind,
     },
+    /// Call a callback if a scoreboard entry satisfies a comparison.
     Conditional {
         cb: u32,
         board: u32,
@@ -77,6 +75,8 @@ pub(crate) enum CompiledAction {
         compare: Compare,
         value: u64,
     },
+    /// The next instruction's memory actions; `calls` if any is a callback.
+    Mem { start: u32, len: u32, calls: bool },
 }
 
 /// Compiled memory action.
@@ -98,29 +98,6 @@ pub(crate) struct CompiledMem {
     pub(crate) kind: CompiledMemKind,
 }
 
-/// How many of the block's actions belong to one instruction (they are
-/// stored contiguously, in instruction order, so the loop just splits them
-/// off as it goes).
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct InsnInstr {
-    pub(crate) exec_len: u32,
-    pub(crate) mem_len: u32,
-    /// True if a callback (not only inline ops) runs for this instruction:
-    /// only then can a flush or exit be requested during it.
-    pub(crate) calls: bool,
-}
-
-/// Where a compiled plan landed in the generation's tables.
-#[derive(Clone, Copy, Default)]
-struct Compiled {
-    instr_start: u32,
-    actions_start: u32,
-    actions_len: u32,
-    entry_len: u32,
-    mem_start: u32,
-    mem_len: u32,
-}
-
 /// Link in a per-page list of blocks overlapping that page.
 #[derive(Clone, Copy)]
 struct PageLink {
@@ -138,8 +115,7 @@ pub(crate) struct Generation<Op> {
     /// Guest page number -> head of its `PageLink` list.
     page_heads: HashMap<u64, u32>,
     page_links: Vec<PageLink>,
-    pub(crate) insn_instr: Vec<InsnInstr>,
-    pub(crate) actions: Vec<CompiledAction>,
+    pub(crate) steps: Vec<Step<Op>>,
     pub(crate) mem_actions: Vec<CompiledMem>,
     // The only non-`Copy` contents: dropped with the generation, i.e. only
     // once no vCPU can be executing one of its blocks.
@@ -173,8 +149,7 @@ impl<Op: Copy> Generation<Op> {
             index: HashMap::new(),
             page_heads: HashMap::new(),
             page_links: Vec::new(),
-            insn_instr: Vec::new(),
-            actions: Vec::new(),
+            steps: Vec::new(),
             mem_actions: Vec::new(),
             callbacks: Vec::new(),
             mem_callbacks: Vec::new(),
@@ -205,8 +180,7 @@ impl<Op: Copy> Generation<Op> {
             + table(self.index.capacity(), size_of::<((u64, u32), u32)>())
             + table(self.page_heads.capacity(), size_of::<(u64, u32)>())
             + self.page_links.capacity() * size_of::<PageLink>()
-            + self.insn_instr.capacity() * size_of::<InsnInstr>()
-            + self.actions.capacity() * size_of::<CompiledAction>()
+            + self.steps.capacity() * size_of::<Step<Op>>()
             + self.mem_actions.capacity() * size_of::<CompiledMem>()
             + (self.callbacks.capacity() + self.mem_callbacks.capacity() + self.boards.capacity())
                 * 16
@@ -226,9 +200,9 @@ impl<Op: Copy> Generation<Op> {
         let ops_start = idx(self.ops.len());
         self.ops.extend_from_slice(ops);
         self.raws.extend_from_slice(raws);
-        let c = match plan {
-            Some(plan) => self.compile(plan),
-            None => Compiled { instr_start: NONE, ..Compiled::default() },
+        let (steps_start, steps_len) = match plan {
+            Some(plan) => self.compile(plan, ops),
+            None => (NONE, 0),
         };
         self.tbs.push(TbHeader {
             pc,
@@ -236,12 +210,8 @@ impl<Op: Copy> Generation<Op> {
             size,
             ops_start,
             insn_count: idx(ops.len()),
-            instr_start: c.instr_start,
-            actions_start: c.actions_start,
-            actions_len: c.actions_len,
-            entry_len: c.entry_len,
-            mem_start: c.mem_start,
-            mem_len: c.mem_len,
+            steps_start,
+            steps_len,
             dead: false,
         });
         if let Some(old) = self.index.insert((pc, flags), id) {
@@ -297,17 +267,17 @@ impl<Op: Copy> Generation<Op> {
         i
     }
 
-    fn compile_action(&mut self, action: &Action) -> CompiledAction {
+    fn compile_action(&mut self, action: &Action) -> Step<Op> {
         match action {
-            Action::Callback(cb) => CompiledAction::Call {
+            Action::Callback(cb) => Step::Call {
                 cb: self.callback_index(cb),
             },
-            Action::Inline(op) => CompiledAction::Inline {
+            Action::Inline(op) => Step::Inline {
                 board: self.board_index(&op.board),
                 slot: idx(op.slot),
                 kind: op.kind,
             },
-            Action::Conditional(cond, cb) => CompiledAction::Conditional {
+            Action::Conditional(cond, cb) => Step::Conditional {
                 cb: self.callback_index(cb),
                 board: self.board_index(&cond.board),
                 slot: idx(cond.slot),
@@ -317,47 +287,53 @@ impl<Op: Copy> Generation<Op> {
         }
     }
 
-    /// Compiles a plan into the generation's action tables.
-    fn compile(&mut self, plan: &TbPlan) -> Compiled {
-        let actions_start = idx(self.actions.len());
-        let mem_start = idx(self.mem_actions.len());
+    /// Compiles a plan and the block's ops into a step stream; returns its
+    /// (start, len) in `steps`.
+    fn compile(&mut self, plan: &TbPlan, ops: &[TbOp<Op>]) -> (u32, u32) {
+        let start = self.steps.len();
         for action in &plan.entry {
-            let compiled = self.compile_action(action);
-            self.actions.push(compiled);
+            let step = self.compile_action(action);
+            self.steps.push(step);
         }
-        let instr_start = idx(self.insn_instr.len());
-        for insn in &plan.insns {
+        for (insn, op) in plan.insns.iter().zip(ops) {
             for action in &insn.exec {
-                let compiled = self.compile_action(action);
-                self.actions.push(compiled);
+                let step = self.compile_action(action);
+                self.steps.push(step);
             }
-            for (filter, action) in &insn.mem {
-                let kind = match action {
-                    MemAction::Callback(cb) => CompiledMemKind::Call { cb: self.mem_callback_index(cb) },
-                    MemAction::Inline(op) => CompiledMemKind::Inline {
-                        board: self.board_index(&op.board),
-                        slot: idx(op.slot),
-                        kind: op.kind,
-                    },
-                };
-                self.mem_actions.push(CompiledMem { filter: *filter, kind });
+            if !insn.mem.is_empty() {
+                let mem_start = idx(self.mem_actions.len());
+                for (filter, action) in &insn.mem {
+                    let kind = match action {
+                        MemAction::Callback(cb) => CompiledMemKind::Call {
+                            cb: self.mem_callback_index(cb),
+                        },
+                        MemAction::Inline(op) => CompiledMemKind::Inline {
+                            board: self.board_index(&op.board),
+                            slot: idx(op.slot),
+                            kind: op.kind,
+                        },
+                    };
+                    self.mem_actions.push(CompiledMem {
+                        filter: *filter,
+                        kind,
+                    });
+                }
+                let calls = insn
+                    .mem
+                    .iter()
+                    .any(|(_, a)| matches!(a, MemAction::Callback(_)));
+                self.steps.push(Step::Mem {
+                    start: mem_start,
+                    len: idx(insn.mem.len()),
+                    calls,
+                });
             }
-            let calls = insn.exec.iter().any(|a| !matches!(a, Action::Inline(_)))
-                || insn.mem.iter().any(|(_, a)| matches!(a, MemAction::Callback(_)));
-            self.insn_instr.push(InsnInstr {
-                exec_len: idx(insn.exec.len()),
-                mem_len: idx(insn.mem.len()),
-                calls,
+            self.steps.push(Step::Insn {
+                op: op.op,
+                len: op.len,
             });
         }
-        Compiled {
-            instr_start,
-            actions_start,
-            actions_len: idx(self.actions.len()) - actions_start,
-            entry_len: idx(plan.entry.len()),
-            mem_start,
-            mem_len: idx(self.mem_actions.len()) - mem_start,
-        }
+        (idx(start), idx(self.steps.len() - start))
     }
 
     /// Makes block `id` unreachable (its storage stays until the generation

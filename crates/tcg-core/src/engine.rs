@@ -10,13 +10,21 @@
 //! generation is dropped once every registered vCPU announced a newer one.
 //! Jump-cache entries carry their generation id, so a flush needs no walk
 //! over per-vCPU state either.
+//!
+//! Everything a vCPU needs privately (jump cache, epoch slot, index) is in
+//! its [`Vcpu`] context, and epochs are atomics, so sharing one engine among
+//! vCPU threads later means publishing the current generation behind a lock
+//! for translation, not redesigning reclamation. Today the loop takes
+//! `&mut Engine`, which also lets the borrow checker prove that no flush can
+//! run while a block (and its callback lists) is in use: flushes requested
+//! during a block are deferred to the next block boundary.
 
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use crate::cache::{CompiledAction, CompiledMemKind, Generation, NONE, TbHeader, TbOp};
+use crate::cache::{CompiledMemKind, Generation, NONE, Step, TbHeader, TbOp};
 use crate::frontend::{CpuExit, DecodeError, Flow, Frontend, MemAccess, sign_extend};
 use crate::instrument::{
     CallbackContext, InsnCallback, InsnInfo, Instrumentation, MemAccessInfo, MemCallback, Requests,
@@ -243,7 +251,8 @@ impl<F: Frontend> Engine<F> {
             frontend,
             id,
             current: Generation::new(0),
-            retired: VecDeque::new(),
+            // Room for a few parked generations, so a flush does not allocate.
+            retired: VecDeque::with_capacity(4),
             next_generation: 1,
             epochs: Vec::new(),
             next_vcpu: 0,
@@ -321,6 +330,23 @@ impl<F: Frontend> Engine<F> {
         if let Some(instr) = &self.instrumentation {
             instr.flushed();
         }
+    }
+
+    /// Performs a flush requested through a [`FlushHandle`] (or a callback)
+    /// now instead of at the next block boundary; returns whether there was
+    /// one. For embedders at a safe point of their own, e.g. before the
+    /// guest exits, so a plugin's reset completes. A pending exit request is
+    /// left in place.
+    pub fn flush_if_requested(&mut self) -> bool {
+        let before = self
+            .signals
+            .pending
+            .fetch_and(!PENDING_FLUSH, Ordering::Acquire);
+        let requested = before & PENDING_FLUSH != 0;
+        if requested {
+            self.flush();
+        }
+        requested
     }
 
     fn retire_current(&mut self) {
@@ -455,23 +481,24 @@ impl<F: Frontend> Engine<F> {
                 Ok(id) => id,
                 Err(exit) => return exit,
             };
-            let Some(&tb) = self.current.tbs.get(tb_id as usize) else {
+            let current = &self.current;
+            let Some(tb) = current.tbs.get(tb_id as usize) else {
                 // Unreachable by construction (ids come from this generation);
-                // translate afresh rather than trust the index.
-                vcpu.jump_cache.fill(EMPTY_JUMP);
+                // recover by starting from an empty cache.
+                self.flush();
                 continue;
             };
-            let end = if tb.instr_start == NONE {
-                Self::exec_plain(&self.current, &tb, cpu, mem)
+            let end = if tb.steps_start == NONE {
+                Self::exec_plain(current, tb, cpu, mem)
             } else {
-                Self::exec_instrumented(&self.current, &self.signals, vcpu.index, &tb, cpu, mem)
+                Self::exec_instrumented(current, &self.signals, vcpu.index, tb, cpu, mem)
             };
             self.stats.blocks_executed += 1;
             self.stats.insns_executed += u64::from(end.executed);
             if end.requests.flush {
-                self.signals
-                    .pending
-                    .fetch_or(PENDING_FLUSH, Ordering::Relaxed);
+                // The block is over: this is the safe point the request waits for.
+                self.flush();
+                vcpu.announce(self.current.id);
             }
             if end.requests.exit {
                 self.signals
@@ -672,8 +699,9 @@ impl<F: Frontend> Engine<F> {
         }
     }
 
-    /// The instrumented loop: entry actions, then per instruction its actions,
-    /// its execution with memory actions, and a check for flush/exit requests.
+    /// The instrumented loop: walks the block's step stream, running each
+    /// instruction's actions before it and its memory actions during it, and
+    /// stops after an instruction whose callbacks requested a flush or exit.
     fn exec_instrumented(
         generation: &Generation<F::Op>,
         signals: &Signals,
@@ -682,19 +710,14 @@ impl<F: Frontend> Engine<F> {
         cpu: &mut F::Cpu,
         mem: &mut GuestMemory,
     ) -> BlockEnd {
-        let start = tb.ops_start as usize;
-        let ops = generation.ops.get(start..start + tb.insn_count as usize).unwrap_or_default();
-        let start = tb.instr_start as usize;
-        let instrs = generation.insn_instr.get(start..start + ops.len()).unwrap_or_default();
-        let start = tb.actions_start as usize;
-        let actions = generation.actions.get(start..start + tb.actions_len as usize).unwrap_or_default();
-        let start = tb.mem_start as usize;
-        let mut mem_rest = generation.mem_actions.get(start..start + tb.mem_len as usize).unwrap_or_default();
-        let (entry, mut exec_rest) = actions.split_at_checked(tb.entry_len as usize).unwrap_or((&[], actions));
-
-        // One accessor for the whole block; before each instruction it is
-        // pointed at that instruction's memory actions, a borrow of this
-        // generation that ends with the block.
+        let start = tb.steps_start as usize;
+        let steps = generation
+            .steps
+            .get(start..start + tb.steps_len as usize)
+            .unwrap_or_default();
+        // One accessor for the block. Before each instruction it is pointed at
+        // that instruction's memory actions and emptied after it: a borrow of
+        // this generation that cannot outlive the generation.
         let mut access = InstrumentedMem {
             mem,
             actions: &[],
@@ -704,50 +727,96 @@ impl<F: Frontend> Engine<F> {
             pc: tb.pc,
             requests: Requests::default(),
         };
-        if !entry.is_empty() {
-            F::set_pc(cpu, tb.pc);
-            run_actions::<F>(generation, entry, vcpu, tb.pc, cpu, access.mem, &mut access.requests);
-        }
         let mut pc = tb.pc;
         let mut executed = 0u32;
-        for (op, instr) in ops.iter().zip(instrs) {
-            let (exec, rest) = exec_rest.split_at_checked(instr.exec_len as usize).unwrap_or((exec_rest, &[]));
-            exec_rest = rest;
-            let (mem_actions, rest) = mem_rest.split_at_checked(instr.mem_len as usize).unwrap_or((mem_rest, &[]));
-            mem_rest = rest;
-            if !exec.is_empty() {
-                if instr.calls {
-                    // Callbacks may read the pc register: make it this instruction's.
+        // Whether a callback ran for the current instruction (only then can
+        // a flush or exit have been requested by it).
+        let mut called = false;
+        for step in steps {
+            match *step {
+                Step::Insn { ref op, len } => {
+                    access.pc = pc;
+                    executed += 1;
+                    let flow = F::execute(cpu, op, pc, &mut access);
+                    access.actions = &[];
+                    match flow {
+                        Flow::Next => pc = pc.wrapping_add(u64::from(len)),
+                        Flow::Jump(target) => {
+                            return BlockEnd {
+                                next_pc: target,
+                                executed,
+                                exit: None,
+                                requests: access.requests,
+                            };
+                        }
+                        Flow::Exit(exit) => {
+                            return Self::exit_at(exit, pc, len, executed, access.requests);
+                        }
+                    }
+                    // A flush or exit requested by a callback (or another
+                    // thread) takes effect now that the instruction is complete.
+                    if called
+                        && (access.requests.any() || signals.pending.load(Ordering::Relaxed) != 0)
+                    {
+                        break;
+                    }
+                    called = false;
+                }
+                Step::Inline { board, slot, kind } => {
+                    if let Some(b) = generation.boards.get(board as usize) {
+                        b.apply(vcpu, slot as usize, kind);
+                    }
+                }
+                Step::Call { cb } => {
+                    called = true;
                     F::set_pc(cpu, pc);
+                    if let Some(cb) = generation.callbacks.get(cb as usize) {
+                        call::<F>(cb, vcpu, pc, cpu, access.mem, &mut access.requests);
+                    }
                 }
-                run_actions::<F>(generation, exec, vcpu, pc, cpu, access.mem, &mut access.requests);
-            }
-            access.actions = mem_actions;
-            access.pc = pc;
-            executed += 1;
-            match F::execute(cpu, &op.op, pc, &mut access) {
-                Flow::Next => pc = pc.wrapping_add(u64::from(op.len)),
-                Flow::Jump(target) => {
-                    return BlockEnd { next_pc: target, executed, exit: None, requests: access.requests };
+                Step::Conditional {
+                    cb,
+                    board,
+                    slot,
+                    compare,
+                    value,
+                } => {
+                    let entry = generation
+                        .boards
+                        .get(board as usize)
+                        .map_or(0, |b| b.get(vcpu, slot as usize));
+                    if compare.holds(entry, value) {
+                        called = true;
+                        F::set_pc(cpu, pc);
+                        if let Some(cb) = generation.callbacks.get(cb as usize) {
+                            call::<F>(cb, vcpu, pc, cpu, access.mem, &mut access.requests);
+                        }
+                    }
                 }
-                Flow::Exit(exit) => return Self::exit_at(exit, pc, op.len, executed, access.requests),
-            }
-            // A flush or exit requested by a callback (or another thread)
-            // takes effect now that the instruction is complete.
-            if instr.calls && (access.requests.any() || signals.pending.load(Ordering::Relaxed) != 0) {
-                break;
+                Step::Mem { start, len, calls } => {
+                    called |= calls;
+                    let start = start as usize;
+                    access.actions = generation
+                        .mem_actions
+                        .get(start..start + len as usize)
+                        .unwrap_or_default();
+                }
             }
         }
-        BlockEnd { next_pc: pc, executed, exit: None, requests: access.requests }
+        BlockEnd {
+            next_pc: pc,
+            executed,
+            exit: None,
+            requests: access.requests,
+        }
     }
 }
 
-/// Runs block-entry or per-instruction actions; inline ops stay in line,
-/// callbacks go through an out-of-line call.
-#[inline(always)]
-fn run_actions<F: Frontend>(
-    generation: &Generation<F::Op>,
-    actions: &[CompiledAction],
+/// Runs an instruction or block-entry callback (out of line: the common
+/// inline-op path stays small).
+#[inline(never)]
+fn call<F: Frontend>(
+    cb: &InsnCallback,
     vcpu: u32,
     pc: u64,
     cpu: &F::Cpu,
@@ -755,52 +824,10 @@ fn run_actions<F: Frontend>(
     requests: &mut Requests,
 ) {
     let registers = |name: &str| F::read_register(cpu, name);
-    for action in actions {
-        match *action {
-            CompiledAction::Inline { board, slot, kind } => {
-                if let Some(b) = generation.boards.get(board as usize) {
-                    b.apply(vcpu, slot as usize, kind);
-                }
-            }
-            CompiledAction::Call { cb } => {
-                if let Some(cb) = generation.callbacks.get(cb as usize) {
-                    call(cb, vcpu, pc, &registers, mem, requests);
-                }
-            }
-            CompiledAction::Conditional {
-                cb,
-                board,
-                slot,
-                compare,
-                value,
-            } => {
-                let entry = generation
-                    .boards
-                    .get(board as usize)
-                    .map_or(0, |b| b.get(vcpu, slot as usize));
-                if compare.holds(entry, value) {
-                    if let Some(cb) = generation.callbacks.get(cb as usize) {
-                        call(cb, vcpu, pc, &registers, mem, requests);
-                    }
-                }
-            }
-        }
-    }
-}
-
-#[inline(never)]
-fn call(
-    cb: &InsnCallback,
-    vcpu: u32,
-    pc: u64,
-    registers: &dyn Fn(&str) -> Option<u64>,
-    mem: &mut GuestMemory,
-    requests: &mut Requests,
-) {
     let mut ctx = CallbackContext {
         vcpu,
         pc,
-        registers: Some(registers),
+        registers: Some(&registers),
         mem,
         requests,
     };

@@ -8,9 +8,12 @@
 //! callbacks, inline counters and memory callbacks at translation time.
 //!
 //! Design points:
-//! - Blocks and everything attached to them live in a cache *generation*;
-//!   [`Engine::flush`] retires the generation in O(1), and its memory is
-//!   freed once every vCPU passed a quiescent point (between two blocks).
+//! - Blocks and everything attached to them live in a cache *generation*:
+//!   flat typed arenas of `Copy` data (headers, pre-decoded ops, compiled
+//!   instrumentation steps) plus the callback handles they reference, all
+//!   addressed by index. [`Engine::flush`] retires the generation in O(1),
+//!   and its memory is freed whole once every vCPU passed a quiescent point
+//!   (between two blocks).
 //! - The memory callbacks of an executing instruction are a borrow scoped to
 //!   that instruction, so no flush can free them while they may run: a flush
 //!   requested from any callback happens at the next safe point.

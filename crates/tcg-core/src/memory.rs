@@ -127,6 +127,13 @@ pub enum MemError {
         /// Start of the first unmapped page.
         addr: u64,
     },
+    /// `map` of more than [`GuestMemory::MAX_MAP_LEN`] bytes at once: refused
+    /// rather than exhausting host memory on page bookkeeping (`ENOMEM`).
+    #[error("mapping of {len:#x} bytes is larger than supported")]
+    TooLarge {
+        /// The requested length.
+        len: u64,
+    },
 }
 
 /// One mapped page; the bytes are allocated on first touch.
@@ -188,6 +195,10 @@ fn page_span(addr: u64, len: u64) -> Result<(u64, u64), MemError> {
 }
 
 impl GuestMemory {
+    /// Largest length one [`GuestMemory::map`] call accepts (16 GiB): each
+    /// mapped page costs some host bookkeeping even before it is touched.
+    pub const MAX_MAP_LEN: u64 = 1 << 34;
+
     /// An empty address space.
     pub fn new() -> Self {
         GuestMemory {
@@ -210,6 +221,9 @@ impl GuestMemory {
     /// `perms`, zero-filled. Pages already mapped there are replaced.
     pub fn map(&mut self, addr: u64, len: u64, perms: Perms) -> Result<(), MemError> {
         let (first, end) = page_span(addr, len)?;
+        if len > Self::MAX_MAP_LEN {
+            return Err(MemError::TooLarge { len });
+        }
         for vpn in first..end {
             let page = Page { perms, data: None };
             match self.index.get(&vpn) {

@@ -363,6 +363,10 @@ fn flush_handle_from_another_thread_takes_effect_at_the_next_block() {
         0,
         "nothing happens until a safe point"
     );
+    assert!(
+        !Engine::new(Toy).flush_if_requested(),
+        "another engine has no request"
+    );
     let mut cpu = cpu_at(CODE);
     assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
     let s = engine.stats();
@@ -397,4 +401,24 @@ fn repeated_invalidation_of_a_hot_page_keeps_the_right_blocks() {
     let s = engine.stats();
     assert_eq!(s.tbs_invalidated, 50);
     assert_eq!(s.tbs_translated, 3 + 49);
+}
+
+#[test]
+fn a_pending_flush_can_be_applied_outside_the_loop() {
+    let mut mem = machine(&loop_program(3));
+    let mut engine = Engine::new(Toy);
+    let mut cpu = cpu_at(CODE);
+    engine.run(&mut cpu, &mut mem);
+    engine.flush_handle().request_flush();
+    engine.request_exit();
+    assert!(engine.flush_if_requested());
+    assert!(!engine.flush_if_requested(), "the request was consumed");
+    assert_eq!(engine.stats().flushes, 1);
+    assert_eq!(engine.stats().tbs_cached, 0);
+    let mut cpu = cpu_at(CODE);
+    assert_eq!(
+        engine.run(&mut cpu, &mut mem),
+        CpuExit::ExitRequested,
+        "the exit request stays"
+    );
 }

@@ -592,3 +592,76 @@ fn reset_inside_an_atomic_keeps_the_store_callbacks_of_that_instruction() {
     assert_eq!(instr.translations.load(Relaxed), 4);
     assert_eq!(engine.stats().live_generations, 1);
 }
+
+#[test]
+fn a_flush_requested_by_an_exiting_instruction_happens_before_run_returns() {
+    let code = [addi(1, 0, 1), syscall()];
+    let mut mem = machine(&code);
+    let mut engine = Engine::new(Toy);
+    let instr = install(&mut engine, |_tb, plan| {
+        let cb: InsnCallback = Arc::new(|ctx: &mut CallbackContext<'_>| ctx.request_flush());
+        if let Some(last) = plan.insns_mut().last_mut() {
+            last.on_execute(Action::Callback(cb));
+        }
+    });
+    let mut cpu = cpu_at(CODE);
+    let before = engine.stats().flushes;
+    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
+    assert_eq!(cpu.pc, CODE + 4);
+    assert_eq!(engine.stats().flushes, before + 1);
+    assert_eq!(
+        instr.flushes.load(Relaxed),
+        1,
+        "the instrumentation was told"
+    );
+    assert_eq!(engine.stats().tbs_cached, 0);
+}
+
+#[test]
+fn scoreboards_and_callbacks_see_each_vcpus_index() {
+    let mut mem = machine(&loop_program(10));
+    let mut engine = Engine::new(Toy);
+    let board = Arc::new(Scoreboard::new(1, 3));
+    let vcpus_seen = Arc::new(Mutex::new(std::collections::BTreeSet::new()));
+    let (b, v) = (board.clone(), vcpus_seen.clone());
+    install(&mut engine, move |_tb, plan| {
+        let v = v.clone();
+        plan.on_entry(Action::Callback(Arc::new(
+            move |ctx: &mut CallbackContext<'_>| {
+                v.lock().unwrap().insert(ctx.vcpu());
+            },
+        )));
+        for insn in plan.insns_mut() {
+            insn.on_execute(Action::Inline(InlineOp {
+                board: b.clone(),
+                slot: 0,
+                kind: InlineKind::Add(1),
+            }));
+        }
+    });
+    let mut one = engine.new_vcpu();
+    let mut two = engine.new_vcpu();
+    let mut three = engine.new_vcpu(); // index 3: outside the board, ignored
+    for which in [1, 2, 2, 3] {
+        let vcpu = match which {
+            1 => &mut one,
+            2 => &mut two,
+            _ => &mut three,
+        };
+        let mut cpu = cpu_at(CODE);
+        assert_eq!(engine.run_vcpu(vcpu, &mut cpu, &mut mem), CpuExit::Syscall);
+    }
+    let per_run = loop_insns(10);
+    assert_eq!(
+        (board.get(0, 0), board.get(1, 0), board.get(2, 0)),
+        (0, per_run, 2 * per_run)
+    );
+    assert_eq!(board.get(3, 0), 0);
+    assert_eq!(board.sum(0), 3 * per_run);
+    assert_eq!(*vcpus_seen.lock().unwrap(), [1, 2, 3].into_iter().collect());
+    assert_eq!(
+        engine.stats().tbs_translated,
+        3,
+        "the vCPUs share one cache"
+    );
+}

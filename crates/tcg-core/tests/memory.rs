@@ -180,6 +180,11 @@ fn map_unmap_protect_errors() {
     );
     mem.unmap(0x0, 0x10000).unwrap();
     assert_eq!(mem.mapped_pages(), 0);
+    assert_eq!(
+        mem.map(0, 1 << 40, rw()),
+        Err(MemError::TooLarge { len: 1 << 40 })
+    );
+    assert_eq!(mem.mapped_pages(), 0);
     mem.map(0x1000, 0, rw()).unwrap();
     assert_eq!(mem.mapped_pages(), 0, "empty map is a no-op");
 }

@@ -413,6 +413,8 @@ impl Kernel {
         const TIOCGPGRP: u64 = 0x540f;
         const TIOCGWINSZ: u64 = 0x5413;
         const TIOCSWINSZ: u64 = 0x5414;
+        const FIONREAD: u64 = 0x541b;
+        const FIONBIO: u64 = 0x5421;
         let host = self.fds.get(fd)?;
         match request & 0xffff_ffff {
             TCGETS => {
@@ -462,6 +464,17 @@ impl Kernel {
                 let pgrp = termios::tcgetpgrp(host).map_err(host_errno)?;
                 put(mem, arg, &pgrp.as_raw_nonzero().get().to_le_bytes())?;
                 Ok(0)
+            }
+            FIONREAD => {
+                let n = rustix::io::ioctl_fionread(host).map_err(host_errno)?;
+                put(mem, arg, &(n.min(i32::MAX as u64) as i32).to_le_bytes())?;
+                Ok(0)
+            }
+            FIONBIO => {
+                let on = mem.load(arg, 4).map_err(|_| errno::EFAULT)? != 0;
+                rustix::io::ioctl_fionbio(host, on)
+                    .map(|()| 0)
+                    .map_err(host_errno)
             }
             // Requests we do not translate: what Linux says for a device
             // that does not understand them.

@@ -7,6 +7,7 @@
 //! host fault.
 
 mod file;
+mod net;
 mod system;
 
 use std::collections::HashSet;
@@ -19,6 +20,9 @@ use crate::fd::FdTable;
 use crate::mm::{AddressSpace, CodeChange};
 use crate::signal::Signal;
 
+/// Bytes of RV64's kernel `struct sigaction` (handler, flags, mask).
+const SIGACTION_SIZE: usize = 24;
+
 /// What a syscall did to the process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Outcome {
@@ -26,7 +30,8 @@ pub(crate) enum Outcome {
     Return(u64),
     /// The process exited with this status (`exit`, `exit_group`).
     Exit(i32),
-    /// The process was killed by this signal (e.g. `abort` raising SIGABRT).
+    /// The process was killed by this signal (SIGKILL; other signals are
+    /// made pending and delivered by the run loop).
     Killed(Signal),
 }
 
@@ -47,15 +52,20 @@ pub(crate) struct Kernel {
     pub(crate) exe_path: PathBuf,
     /// Ranges whose translated code the engine must drop.
     pub(crate) code_changes: Vec<(u64, u64)>,
-    /// Raw `struct sigaction` of each signal as the guest set it, 1..=64.
-    sigactions: Vec<[u8; 32]>,
-    sigmask: u64,
+    /// Raw `struct sigaction` of each signal as the guest set it, 1..=64
+    /// (RV64 has no `sa_restorer`: handler, flags, mask).
+    sigactions: Vec<[u8; SIGACTION_SIZE]>,
+    pub(crate) sigmask: u64,
+    /// Signals raised but not delivered yet (bit n-1 for signal n), and for
+    /// each whether a thread-directed call (tgkill/tkill) raised it.
+    pending: u64,
+    pending_by_thread: u64,
     /// Syscall numbers already reported as unsupported.
     warned: HashSet<u64>,
     /// Resource limits the guest lowered (`setrlimit`), by resource number.
     rlimits: Vec<(u32, u64, u64)>,
     /// The alternate signal stack (`stack_t`: sp, flags, size).
-    altstack: [u64; 3],
+    pub(crate) altstack: [u64; 3],
     /// The thread name (`PR_SET_NAME`), at most 15 bytes.
     thread_name: Vec<u8>,
 }
@@ -67,8 +77,10 @@ impl Kernel {
             space,
             exe_path,
             code_changes: Vec::new(),
-            sigactions: vec![[0; 32]; 65],
+            sigactions: vec![[0; SIGACTION_SIZE]; 65],
             sigmask: 0,
+            pending: 0,
+            pending_by_thread: 0,
             warned: HashSet::new(),
             rlimits: Vec::new(),
             // SS_DISABLE: no alternate stack yet.
@@ -132,6 +144,15 @@ impl Kernel {
             nr::STATFS => self.statfs(mem, Some(a0), 0, a1),
             nr::FSTATFS => self.statfs(mem, None, a0, a1),
             nr::PPOLL => self.ppoll(mem, a0, a1, a2),
+            nr::SOCKET => self.socket(a0, a1, a2),
+            nr::CONNECT => self.connect(mem, a0, a1, a2),
+            nr::BIND => self.bind(mem, a0, a1, a2),
+            nr::LISTEN => self.listen(a0, a1),
+            nr::ACCEPT => self.accept4(mem, a0, a1, a2, 0),
+            nr::ACCEPT4 => self.accept4(mem, a0, a1, a2, a3),
+            nr::SENDTO => self.sendto(mem, a0, a1, a2, a3, a4, a5),
+            nr::RECVFROM => self.recvfrom(mem, a0, a1, a2, a3, a4, a5),
+            nr::SHUTDOWN => self.shutdown(a0, a1),
             nr::FSYNC | nr::FDATASYNC | nr::SYNC_FILE_RANGE => self.fsync(number, a0),
             nr::SYNC => {
                 rustix::fs::sync();
@@ -192,6 +213,8 @@ impl Kernel {
             nr::GETEGID => Ok(u64::from(rustix::process::getegid().as_raw())),
             nr::SYSINFO => system::sysinfo(mem, a0),
             nr::GETPGID => system::getpgid(a0),
+            nr::GETRUSAGE => system::getrusage(mem, a0, a1),
+            nr::TIMES => system::times(mem, a0),
             nr::GETSID => system::getsid(a0),
             nr::GETGROUPS => system::getgroups(mem, a0, a1),
             nr::GETCPU => system::getcpu(mem, a0, a1),
@@ -211,11 +234,10 @@ impl Kernel {
         };
         if result == Err(errno::EPIPE)
             && matches!(number, nr::WRITE | nr::WRITEV | nr::PWRITE64 | nr::PWRITEV)
-            && self.disposition(Signal::PIPE) == Disposition::Default
-            && self.sigmask & (1 << (Signal::PIPE.number() - 1)) == 0
         {
-            // Writing to a pipe nobody reads raises SIGPIPE, which kills.
-            return Outcome::Killed(Signal::PIPE);
+            // Writing to a pipe nobody reads also raises SIGPIPE (by
+            // default fatal), delivered when the call returns.
+            self.raise(Signal::PIPE, true);
         }
         Outcome::Return(match result {
             Ok(value) => value,
@@ -249,29 +271,66 @@ impl Kernel {
         let Some(sig) = Signal::from_number(signal) else {
             return Outcome::Return((-i64::from(errno::EINVAL)) as u64);
         };
-        let blocked = self.sigmask & (1u64 << (sig.number() - 1)) != 0;
-        match self.disposition(sig) {
-            _ if sig == Signal::KILL => Outcome::Killed(sig),
-            Disposition::Ignore => Outcome::Return(0),
-            // A blocked signal would stay pending; with no delivery yet it is
-            // dropped, which is what a program that blocks it expects to see.
-            _ if blocked => Outcome::Return(0),
-            Disposition::Default if !sig.default_terminates() => Outcome::Return(0),
-            // Guest handlers cannot run yet: treat them like the default
-            // action, which for the signals programs raise at themselves
-            // (SIGABRT, SIGTERM, ...) is termination.
-            _ => Outcome::Killed(sig),
+        if sig == Signal::KILL {
+            return Outcome::Killed(sig);
+        }
+        self.raise(sig, number != nr::KILL);
+        Outcome::Return(0)
+    }
+
+    /// Marks `sig` pending (unless it is ignored: then it is discarded).
+    pub(crate) fn raise(&mut self, sig: Signal, by_thread: bool) {
+        if self.disposition(sig) == Disposition::Ignore {
+            return;
+        }
+        let bit = 1u64 << (sig.number() - 1);
+        self.pending |= bit;
+        if by_thread {
+            self.pending_by_thread |= bit;
+        } else {
+            self.pending_by_thread &= !bit;
         }
     }
 
-    pub(crate) fn disposition(&self, sig: Signal) -> Disposition {
+    /// Takes the lowest pending signal the mask lets through, with whether a
+    /// thread-directed call raised it.
+    pub(crate) fn take_deliverable(&mut self) -> Option<(Signal, bool)> {
+        let ready = self.pending & !self.sigmask;
+        if ready == 0 {
+            return None;
+        }
+        let bit = ready & ready.wrapping_neg();
+        self.pending &= !bit;
+        let by_thread = self.pending_by_thread & bit != 0;
+        Signal::from_number(u64::from(bit.trailing_zeros()) + 1).map(|sig| (sig, by_thread))
+    }
+
+    /// Whether `sig` is blocked by the current mask.
+    pub(crate) fn is_blocked(&self, sig: Signal) -> bool {
+        self.sigmask & (1u64 << (sig.number() - 1)) != 0
+    }
+
+    /// The handler address, flags and mask the guest installed for `sig`.
+    pub(crate) fn sigaction(&self, sig: Signal) -> (u64, u64, u64) {
         let raw = self
             .sigactions
             .get(usize::from(sig.number()))
             .copied()
-            .unwrap_or([0; 32]);
-        let handler = u64::from_le_bytes(raw[..8].try_into().unwrap_or([0; 8]));
-        match handler {
+            .unwrap_or([0; SIGACTION_SIZE]);
+        let word =
+            |i: usize| u64::from_le_bytes(raw[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
+        (word(0), word(1), word(2))
+    }
+
+    /// Resets `sig` to its default action (`SA_RESETHAND`).
+    pub(crate) fn reset_handler(&mut self, sig: Signal) {
+        if let Some(slot) = self.sigactions.get_mut(usize::from(sig.number())) {
+            *slot = [0; SIGACTION_SIZE];
+        }
+    }
+
+    pub(crate) fn disposition(&self, sig: Signal) -> Disposition {
+        match self.sigaction(sig).0 {
             0 => Disposition::Default,
             1 => Disposition::Ignore,
             _ => Disposition::Handler,
@@ -295,7 +354,7 @@ impl Kernel {
         if act != 0 && (signal == Signal::KILL || signal.number() == 19) {
             return Err(errno::EINVAL);
         }
-        let mut new = [0u8; 32];
+        let mut new = [0u8; SIGACTION_SIZE];
         if act != 0 {
             mem.read(act, &mut new).map_err(|_| errno::EFAULT)?;
         }
@@ -305,6 +364,10 @@ impl Kernel {
         if act != 0 {
             if let Some(slot) = self.sigactions.get_mut(index) {
                 *slot = new;
+            }
+            // Setting SIG_IGN discards a pending instance (POSIX).
+            if self.disposition(signal) == Disposition::Ignore {
+                self.pending &= !(1u64 << (signal.number() - 1));
             }
         }
         Ok(0)

@@ -339,3 +339,46 @@ pub(super) fn getcpu(mem: &mut GuestMemory, cpu: u64, node: u64) -> SysResult {
     }
     Ok(0)
 }
+
+/// CPU time used so far, in nanoseconds (the guest's time is the emulator's).
+fn cpu_nanos() -> u128 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    u128::from(t.tv_sec.max(0) as u64) * 1_000_000_000 + u128::from(t.tv_nsec.max(0) as u64)
+}
+
+/// getrusage: the CPU time is reported as user time; rustix offers no
+/// getrusage, and the counters programs print (times) need only this.
+pub(super) fn getrusage(mem: &mut GuestMemory, who: u64, usage: u64) -> SysResult {
+    const RUSAGE_SELF: i32 = 0;
+    const RUSAGE_CHILDREN: i32 = -1;
+    const RUSAGE_THREAD: i32 = 1;
+    let who = who as i32;
+    if !matches!(who, RUSAGE_SELF | RUSAGE_CHILDREN | RUSAGE_THREAD) {
+        return Err(errno::EINVAL);
+    }
+    // struct rusage: two timevals, then 14 longs.
+    let mut raw = [0u8; 144];
+    if who != RUSAGE_CHILDREN {
+        let nanos = cpu_nanos();
+        let sec = (nanos / 1_000_000_000) as u64;
+        let usec = ((nanos % 1_000_000_000) / 1000) as u64;
+        raw[..8].copy_from_slice(&sec.to_le_bytes());
+        raw[8..16].copy_from_slice(&usec.to_le_bytes());
+    }
+    put(mem, usage, &raw)?;
+    Ok(0)
+}
+
+/// times: CPU time in clock ticks, and the tick count since boot as result.
+pub(super) fn times(mem: &mut GuestMemory, buf: u64) -> SysResult {
+    let ticks_per_second = u128::from(crate::abi::CLOCK_TICKS);
+    let cpu_ticks = (cpu_nanos() * ticks_per_second / 1_000_000_000) as u64;
+    if buf != 0 {
+        let mut raw = [0u8; 32];
+        raw[..8].copy_from_slice(&cpu_ticks.to_le_bytes());
+        put(mem, buf, &raw)?;
+    }
+    let (sec, nsec) = now(7)?;
+    let uptime = i128::from(sec) * 1_000_000_000 + i128::from(nsec);
+    Ok((uptime.max(0) as u128 * ticks_per_second / 1_000_000_000) as u64)
+}

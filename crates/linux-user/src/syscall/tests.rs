@@ -91,6 +91,9 @@ fn pipe_roundtrip_dup_and_fcntl() {
     // Reading into an unmapped buffer is EFAULT and consumes nothing.
     assert_eq!(s.ret(nr::READ, &[r, 0x7000_0000, 4]), neg(errno::EFAULT));
     assert_eq!(s.ret(nr::READ, &[r, BUF + 128, 16]), 4);
+    // Zero-length transfers never touch the (here NULL) buffer.
+    assert_eq!(s.ret(nr::WRITE, &[w, 0, 0]), 0);
+    assert_eq!(s.ret(nr::WRITE, &[w, 0x7000_0000, 1]), neg(errno::EFAULT));
     assert_eq!(s.mem.read_cstr(BUF + 128, 16).expect("read"), b"ping");
     let d = s.ret(nr::DUP, &[r]);
     assert_eq!(d, 2);
@@ -124,10 +127,13 @@ fn pipe_roundtrip_dup_and_fcntl() {
     for fd in [r, d as u64, 10, 20] {
         assert_eq!(s.ret(nr::CLOSE, &[fd]), 0);
     }
+    assert_eq!(s.ret(nr::WRITE, &[w, BUF + 64, 4]), neg(errno::EPIPE));
     assert_eq!(
-        s.call(nr::WRITE, &[w, BUF + 64, 4]),
-        Outcome::Killed(Signal::PIPE)
+        s.kernel.take_deliverable(),
+        Some((Signal::PIPE, true)),
+        "SIGPIPE pending"
     );
+    assert_eq!(s.kernel.take_deliverable(), None);
 }
 
 #[test]
@@ -182,7 +188,11 @@ fn files_stat_seek_vectors_and_directories() {
         s.ret(nr::NEWFSTATAT, &[fdcwd, path, BUF + 0xd00, 0x4000_0000]),
         neg(errno::EINVAL)
     );
-    assert_eq!(s.ret(nr::FCNTL, &[fd, 3]), 2, "F_GETFL is O_RDWR, as qemu-riscv64 reports it");
+    assert_eq!(
+        s.ret(nr::FCNTL, &[fd, 3]),
+        2,
+        "F_GETFL is O_RDWR, as qemu-riscv64 reports it"
+    );
     assert_eq!(s.ret(nr::FTRUNCATE, &[fd, 5]), 0);
     assert_eq!(s.ret(nr::FSYNC, &[fd]), 0);
     // Record locks of one process never conflict with each other.
@@ -333,10 +343,19 @@ fn limits_signals_and_futex() {
         neg(errno::EINVAL)
     );
     let pid = u64::from(std::process::id());
-    // SIGUSR1 is blocked: dropped, not fatal. SIGTERM is fatal.
+    // SIGUSR1 is blocked: it stays pending. SIGTERM is deliverable.
     assert_eq!(s.call(nr::TGKILL, &[pid, pid, 10]), Outcome::Return(0));
     assert_eq!(s.call(nr::TGKILL, &[pid, pid, 0]), Outcome::Return(0));
-    assert_eq!(s.call(nr::KILL, &[pid, 15]), Outcome::Killed(Signal::TERM));
+    assert_eq!(s.kernel.take_deliverable(), None, "SIGUSR1 is blocked");
+    assert_eq!(s.call(nr::KILL, &[pid, 15]), Outcome::Return(0));
+    assert_eq!(
+        s.kernel.take_deliverable(),
+        Some((Signal::TERM, false)),
+        "kill is SI_USER"
+    );
+    // Unblocking lets the pending SIGUSR1 through (raised by tgkill).
+    assert_eq!(s.ret(nr::RT_SIGPROCMASK, &[1, BUF, 0, 8]), 0);
+    assert_eq!(s.kernel.take_deliverable().map(|d| d.0.number()), Some(10));
     assert_eq!(
         s.call(nr::KILL, &[pid + 1, 15]),
         Outcome::Return(neg(errno::ESRCH) as u64)
@@ -345,20 +364,26 @@ fn limits_signals_and_futex() {
         s.call(nr::KILL, &[pid, 65]),
         Outcome::Return(neg(errno::EINVAL) as u64)
     );
-    // SIG_IGN for SIGABRT makes raise(SIGABRT) return; SIG_DFL again kills.
-    let mut act = [0u8; 32];
+    assert_eq!(s.call(nr::KILL, &[pid, 9]), Outcome::Killed(Signal::KILL));
+    // SIG_IGN discards; the old action reads back; SIG_DFL makes it pending.
+    let mut act = [0u8; 24];
     act[0] = 1;
     s.mem.write(BUF + 64, &act).expect("act");
     assert_eq!(s.ret(nr::RT_SIGACTION, &[6, BUF + 64, 0, 8]), 0);
     assert_eq!(s.call(nr::TGKILL, &[pid, pid, 6]), Outcome::Return(0));
+    assert_eq!(s.kernel.take_deliverable(), None, "ignored");
+    s.mem.write(BUF + 128, &[0xee; 32]).expect("fill");
     assert_eq!(s.ret(nr::RT_SIGACTION, &[6, 0, BUF + 128, 8]), 0);
     assert_eq!(s.mem.load(BUF + 128, 8), Ok(1));
-    s.mem.write(BUF + 64, &[0; 32]).expect("act");
-    assert_eq!(s.ret(nr::RT_SIGACTION, &[6, BUF + 64, 0, 8]), 0);
     assert_eq!(
-        s.call(nr::TGKILL, &[pid, pid, 6]),
-        Outcome::Killed(Signal::ABRT)
+        s.mem.load(BUF + 128 + 24, 8),
+        Ok(0xeeee_eeee_eeee_eeee),
+        "24 bytes written, no more"
     );
+    s.mem.write(BUF + 64, &[0; 24]).expect("act");
+    assert_eq!(s.ret(nr::RT_SIGACTION, &[6, BUF + 64, 0, 8]), 0);
+    assert_eq!(s.call(nr::TGKILL, &[pid, pid, 6]), Outcome::Return(0));
+    assert_eq!(s.kernel.take_deliverable(), Some((Signal::ABRT, true)));
     assert_eq!(
         s.ret(nr::RT_SIGACTION, &[9, BUF + 64, 0, 8]),
         neg(errno::EINVAL)
@@ -489,6 +514,12 @@ fn statx_statfs_ppoll_and_process_bits() {
         "readable now (no timeout: waits)"
     );
     assert_eq!(s.mem.load(BUF + 0x3106, 2), Ok(1), "POLLIN");
+    assert_eq!(s.ret(nr::IOCTL, &[r, 0x541b, BUF + 0x3400]), 0);
+    assert_eq!(
+        s.mem.load(BUF + 0x3400, 4),
+        Ok(1),
+        "FIONREAD: one byte waiting"
+    );
     s.mem
         .store(BUF + 0x3100, 8, pollfd(900, 1))
         .expect("pollfd");
@@ -526,7 +557,63 @@ fn statx_statfs_ppoll_and_process_bits() {
     assert_eq!(s.ret(nr::PRCTL, &[9999, 0]), neg(errno::EINVAL));
     assert_eq!(s.ret(nr::GETCPU, &[BUF + 0x6000, 0]), 0);
     assert_eq!(s.mem.load(BUF + 0x6000, 4), Ok(0));
+    assert_eq!(s.ret(nr::GETRUSAGE, &[0, BUF + 0x6100]), 0);
+    assert_eq!(s.ret(nr::GETRUSAGE, &[5, BUF + 0x6100]), neg(errno::EINVAL));
+    assert!(s.ret(nr::TIMES, &[BUF + 0x6200]) > 0);
     let groups = s.ret(nr::GETGROUPS, &[0, 0]);
     assert!(groups >= 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn unix_sockets_roundtrip() {
+    let mut s = Setup::new();
+    let dir = s.temp_dir();
+    let path = dir.join("sock");
+    // struct sockaddr_un: family 1, then the path.
+    let mut addr = vec![1u8, 0];
+    addr.extend_from_slice(path.to_str().expect("utf-8").as_bytes());
+    addr.push(0);
+    s.mem.write(BUF, &addr).expect("addr");
+    let len = addr.len() as u64;
+    let server = s.ret(nr::SOCKET, &[1, 1 | 0x80000, 0]);
+    assert!(server >= 0, "{server}");
+    let server = server as u64;
+    assert_eq!(s.ret(nr::BIND, &[server, BUF, len]), 0);
+    assert_eq!(s.ret(nr::LISTEN, &[server, 4]), 0);
+    let client = s.ret(nr::SOCKET, &[1, 1, 0]) as u64;
+    assert_eq!(s.ret(nr::CONNECT, &[client, BUF, len]), 0);
+    let conn = s.ret(nr::ACCEPT4, &[server, 0, 0, 0x80000]);
+    assert!(conn >= 0, "{conn}");
+    s.string(BUF + 0x200, "over the socket");
+    assert_eq!(s.ret(nr::SENDTO, &[client, BUF + 0x200, 15, 0, 0, 0]), 15);
+    assert_eq!(
+        s.ret(nr::RECVFROM, &[conn as u64, BUF + 0x300, 64, 0, 0, 0]),
+        15
+    );
+    assert_eq!(
+        s.mem.read_cstr(BUF + 0x300, 15).expect("data"),
+        b"over the socket"
+    );
+    assert_eq!(s.ret(nr::SHUTDOWN, &[client, 1]), 0);
+    assert_eq!(
+        s.ret(nr::RECVFROM, &[conn as u64, BUF + 0x300, 64, 0, 0, 0]),
+        0,
+        "EOF after shutdown"
+    );
+    assert_eq!(s.ret(nr::SHUTDOWN, &[client, 7]), neg(errno::EINVAL));
+    // Connecting to a missing path is ENOENT; an unknown family is refused.
+    let missing = s.string(BUF + 0x400, "\u{1}\0/nonexistent/tcgkit.sock");
+    let other = s.ret(nr::SOCKET, &[1, 1, 0]) as u64;
+    assert_eq!(
+        s.ret(nr::CONNECT, &[other, missing, 28]),
+        neg(errno::ENOENT)
+    );
+    s.mem.store(BUF + 0x500, 2, 99).expect("family");
+    assert_eq!(s.ret(nr::CONNECT, &[other, BUF + 0x500, 16]), neg(97));
+    assert_eq!(
+        s.ret(nr::CONNECT, &[other, BUF + 0x500, 1]),
+        neg(errno::EINVAL)
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

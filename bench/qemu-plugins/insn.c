@@ -1,0 +1,63 @@
+/*
+ * Counts executed guest instructions, either with an inline add emitted into
+ * the translated code (`inline=true`, the default) or with a call per
+ * instruction (`inline=false`). Report: `total insns: N`, the same line the
+ * tcgkit `insn` plugin prints, so the harness compares the two directly.
+ *
+ * The workloads are single-threaded, so one shared counter is exact.
+ */
+#include "common.h"
+
+TCGKIT_DECLARE_PLUGIN_VERSION;
+
+static uint64_t insn_count;
+static int use_inline = 1;
+
+static void on_insn(unsigned int vcpu_index, void *userdata)
+{
+    (void)vcpu_index;
+    (void)userdata;
+    insn_count++;
+}
+
+static void on_translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
+{
+    (void)id;
+    size_t n = qemu_plugin_tb_n_insns(tb);
+    for (size_t i = 0; i < n; i++) {
+        struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
+        if (use_inline) {
+            qemu_plugin_register_vcpu_insn_exec_inline(
+                insn, QEMU_PLUGIN_INLINE_ADD_U64, &insn_count, 1);
+        } else {
+            qemu_plugin_register_vcpu_insn_exec_cb(
+                insn, on_insn, QEMU_PLUGIN_CB_NO_REGS, NULL);
+        }
+    }
+}
+
+static void report(qemu_plugin_id_t id, void *userdata)
+{
+    (void)id;
+    (void)userdata;
+    TCGKIT_OUT("total insns: %" PRIu64 "\n", insn_count);
+}
+
+TCGKIT_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id,
+                                             const qemu_info_t *info,
+                                             int argc, char **argv)
+{
+    (void)info;
+    for (int i = 0; i < argc; i++) {
+        int r = tcgkit_bool_arg(argv[i], "inline", &use_inline);
+        if (r < 0) {
+            return -1;
+        }
+        if (r == 0) {
+            return tcgkit_unknown_arg("insn", argv[i]);
+        }
+    }
+    qemu_plugin_register_vcpu_tb_trans_cb(id, on_translate);
+    qemu_plugin_register_atexit_cb(id, report, NULL);
+    return 0;
+}
