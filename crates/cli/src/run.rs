@@ -7,7 +7,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use tcgkit_linux_user::{GuestExit, Options, Process};
+use tcgkit_image_core::ImageRegistry;
+use tcgkit_linux_user::{GuestExit, Options, Process, SyscallObserver};
+use tcgkit_profiler::{
+    Event, EventKind, GuestExitStatus, ProcessExit, Profiler, Syscall, VcpuEvent,
+};
 
 /// Arguments of `tcgkit run`.
 #[derive(clap::Args, Debug)]
@@ -24,6 +28,36 @@ pub struct RunArgs {
     /// verbatim (even ones that look like options, such as `--help`).
     #[arg(value_name = "GUEST [ARGS]", required = true, num_args = 1.., allow_hyphen_values = true)]
     command: Vec<OsString>,
+    #[command(flatten)]
+    trace: crate::trace::TraceArgs,
+}
+
+/// Forwards the guest's syscalls to the profiler (one `syscall` event per
+/// completed call, with its result).
+struct SyscallEvents {
+    profiler: Profiler,
+    pending: Option<(u64, [u64; 6])>,
+}
+
+impl SyscallObserver for SyscallEvents {
+    fn on_syscall(&mut self, number: u64, args: &[u64; 6]) {
+        self.pending = Some((number, *args));
+    }
+
+    fn on_syscall_return(&mut self, number: u64, ret: u64) {
+        let args = match self.pending.take() {
+            Some((n, args)) if n == number => args,
+            _ => [0; 6],
+        };
+        self.profiler.raise_with(EventKind::Syscall, || {
+            Event::Syscall(Syscall {
+                vcpu: 0,
+                number,
+                args,
+                ret: ret as i64,
+            })
+        });
+    }
 }
 
 /// Runs the guest; returns its exit status, or does not return when a
@@ -41,9 +75,36 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             entry
         })
         .collect();
-    let mut process = Process::load(&guest, &argv, &env)
+    // The executable is opened through a registry, so a trace sees it load
+    // and unload like any other image.
+    let trace = args.trace.open()?.map(std::sync::Arc::new);
+    if let Some(session) = &trace {
+        finish_trace_on_interrupt(std::sync::Arc::clone(session))?;
+    }
+    let mut registry = ImageRegistry::new();
+    if let Some(session) = &trace {
+        registry.add_observer(session.image_observer());
+    }
+    let handle = registry
+        .load(&guest)
+        .map_err(|e| anyhow::anyhow!("cannot run {}: {e}", guest.display()))?;
+    let image = registry
+        .image(handle.id())
+        .context("the registry lost the image it just loaded")?
+        .image();
+    let mut process = Process::from_image(image, &guest, &argv, &env)
         .map_err(|e| anyhow::anyhow!("cannot run {}: {e}", guest.display()))?
         .with_options(Options::default().with_strace(args.strace));
+    let profiler = trace.as_ref().map(|t| t.profiler().clone());
+    if let Some(profiler) = &profiler {
+        process.set_syscall_observer(Box::new(SyscallEvents {
+            profiler: profiler.clone(),
+            pending: None,
+        }));
+        profiler.raise_with(EventKind::VcpuStarted, || {
+            Event::VcpuStarted(VcpuEvent { vcpu: 0 })
+        });
+    }
     let started = std::time::Instant::now();
     let end = process.run();
     if args.stats {
@@ -57,6 +118,25 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             stats.blocks_executed
         );
     }
+    if let Some(profiler) = &profiler {
+        profiler.raise_with(EventKind::VcpuStopped, || {
+            Event::VcpuStopped(VcpuEvent { vcpu: 0 })
+        });
+        let status = match end {
+            GuestExit::Exited(code) => GuestExitStatus::Exited(i32::from(code)),
+            GuestExit::Signaled(sig) => GuestExitStatus::Signaled(i32::from(sig.number())),
+        };
+        profiler.raise_with(EventKind::ProcessExit, || {
+            Event::ProcessExit(ProcessExit { status })
+        });
+    }
+    // Unload the executable (its unload span closes the trace's story), then
+    // complete the trace before this process possibly dies by the guest's
+    // signal, which would skip destructors.
+    registry.close(handle).context("closing the guest image")?;
+    if let Some(session) = &trace {
+        session.finish().context("finishing the trace")?;
+    }
     match end {
         GuestExit::Exited(code) => Ok(ExitCode::from(code)),
         GuestExit::Signaled(sig) => {
@@ -69,6 +149,29 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::from(end.shell_status().clamp(0, 255) as u8))
         }
     }
+}
+
+/// Ctrl-C or `kill` would end the process without running destructors,
+/// leaving a truncated trace: complete it first, then die by that signal.
+fn finish_trace_on_interrupt(
+    session: std::sync::Arc<tcgkit_profiler::TraceSession>,
+) -> anyhow::Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
+        .context("installing the interrupt handler")?;
+    std::thread::Builder::new()
+        .name("trace-interrupt".into())
+        .spawn(move || {
+            if let Some(signal) = signals.forever().next() {
+                if let Err(e) = session.finish() {
+                    eprintln!("tcgkit: error: finishing the trace: {e}");
+                }
+                let _ = signal_hook::low_level::emulate_default_handler(signal);
+                std::process::exit(128 + signal);
+            }
+        })
+        .context("starting the interrupt handler")?;
+    Ok(())
 }
 
 /// Ends this process by `signal` with its default action, so the parent sees

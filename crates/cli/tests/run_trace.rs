@@ -1,0 +1,124 @@
+//! `tcgkit run --trace`: the trace is complete and valid on a normal exit, on
+//! a guest fault (the host dies by the guest's signal) and on Ctrl-C.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn guest(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/guests")
+        .join(name)
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tcgkit-run-trace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+fn names(events: &[Value], ph: &str) -> Vec<String> {
+    events
+        .iter()
+        .filter(|e| e["ph"] == ph)
+        .filter_map(|e| e["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[test]
+fn chrome_trace_of_a_normal_run_has_image_vcpu_and_syscall_events() {
+    let trace = scratch("integer.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_tcgkit"))
+        .args(["run", "--trace"])
+        .arg(&trace)
+        .arg(guest("integer"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
+    let events = doc["traceEvents"].as_array().unwrap();
+    let spans = names(events, "X");
+    assert!(spans.contains(&"load integer".to_owned()), "{spans:?}");
+    assert!(spans.contains(&"unload integer".to_owned()), "{spans:?}");
+    assert!(spans.contains(&"vCPU 0".to_owned()), "{spans:?}");
+    let instants = names(events, "i");
+    // The guest writes its output (write is syscall 64 on RV64), then
+    // exits: the exit record comes last among instants.
+    assert!(instants.iter().any(|n| n == "syscall 64"), "{instants:?}");
+    assert!(instants.last().unwrap().contains("exit"), "{instants:?}");
+    // The ELF's build-id is the module's native PDB signature.
+    let load = events.iter().find(|e| e["name"] == "load integer").unwrap();
+    let sig = load["args"]["ModuleLoad"]["NativePdbSignature"]
+        .as_str()
+        .unwrap();
+    assert_ne!(sig, "00000000-0000-0000-0000-000000000000");
+}
+
+#[test]
+fn json_lines_trace_is_complete_when_the_guest_dies_by_a_signal() {
+    let trace = scratch("faults.jsonl");
+    let out = Command::new(env!("CARGO_BIN_EXE_tcgkit"))
+        .args(["run", "--trace"])
+        .arg(&trace)
+        .arg(guest("faults"))
+        .arg("segv")
+        .output()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(11), "{out:?}");
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let kinds: Vec<&str> = lines.iter().filter_map(|l| l["event"].as_str()).collect();
+    assert_eq!(kinds.last(), Some(&"trace_end"), "{kinds:?}");
+    let exit = lines.iter().find(|l| l["event"] == "process_exit").unwrap();
+    assert!(exit.to_string().contains("11"), "{exit}");
+    // unloading is followed by unloaded, and the trace ends after both.
+    let unloading = kinds.iter().position(|k| *k == "image_unloading").unwrap();
+    let unloaded = kinds.iter().position(|k| *k == "image_unloaded").unwrap();
+    assert!(unloading < unloaded);
+}
+
+#[test]
+fn trace_is_completed_on_interrupt() {
+    // fileio reads stdin to its end; an open, silent pipe keeps it waiting.
+    let trace = scratch("interrupted.json");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tcgkit"))
+        .args(["run", "--trace"])
+        .arg(&trace)
+        .arg(guest("fileio"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until the guest is running (the load span is written at load).
+    for _ in 0..200 {
+        if std::fs::metadata(&trace)
+            .map(|m| m.len() > 0)
+            .unwrap_or(false)
+        {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let status = child.wait().unwrap();
+    assert!(!status.success());
+    let doc: Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
+    let events = doc["traceEvents"].as_array().unwrap();
+    assert!(names(events, "X").contains(&"load fileio".to_owned()));
+    // The vCPU was still running: its span is closed and marked incomplete.
+    let vcpu = events.iter().find(|e| e["name"] == "vCPU 0").unwrap();
+    assert_eq!(vcpu["args"]["incomplete"], true, "{vcpu}");
+}
