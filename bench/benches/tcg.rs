@@ -244,6 +244,28 @@ fn bench_dispatch(c: &mut Criterion) {
             })
         });
     }
+    // An engine-event sink is called on translation only: the loop must run
+    // at the uninstrumented speed with one installed.
+    struct Translations(Arc<AtomicU64>);
+    impl tcgkit_tcg_core::EngineEvents for Translations {
+        fn block_translated(&mut self, _pc: u64, _insns: u32, _bytes: u32) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    let mut engine = Engine::new(Toy);
+    engine.set_event_sink(Some(Box::new(Translations(calls.clone()))));
+    let mut mem = memory_with(&loop_program());
+    group.bench_function("uninstrumented_with_event_sink", |b| {
+        b.iter(|| {
+            let mut cpu = Cpu {
+                pc: CODE,
+                x: [0; 16],
+            };
+            let exit = engine.run(&mut cpu, &mut mem);
+            assert_eq!(exit, CpuExit::Syscall);
+            black_box(cpu.x[7])
+        })
+    });
     group.finish();
     black_box(calls.load(Ordering::Relaxed));
 }

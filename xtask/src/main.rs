@@ -34,7 +34,7 @@ tasks:
   corpus-images [DIR...]  compare image-core with monodis on every assembly (default /usr/lib/mono)
   fixtures  rebuild the RV64 guest programs in fixtures/guests/ (needs riscv64-linux-gnu-gcc)
   realworld [--force]  build lua, zstd and sqlite3 for RV64 from Debian source packages into target/realworld/
-  bench-vs-qemu [--runs N] [--only NAME,...] [--no-docs]  time qemu-riscv64 vs tcgkit, bare and with plugins; update docs/benchmarks.md";
+  bench-vs-qemu [--runs N] [--only NAME,...] [--flush] [--no-docs]  time qemu-riscv64 vs tcgkit, bare and with plugins (--flush: also the mass-flush curve); update docs/benchmarks.md";
 
 fn project_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -284,12 +284,14 @@ struct Source {
 /// Downloads (once) and unpacks a Debian source package under `src/`.
 fn fetch_source(layout: &Layout, package: &str) -> Result<Source> {
     let download = layout.dir.join("src").join(format!("{package}.download"));
-    let dsc = match find_dsc(&download)? {
-        Some(dsc) => dsc,
-        None => {
+    // A cached download is reused only if it still verifies; an interrupted
+    // or corrupted one is fetched again.
+    let (dsc, version) = match verified_download(&download) {
+        Ok(Some(found)) => found,
+        Ok(None) | Err(_) => {
             recreate_dir(&download)?;
             apt_source(&download, package)?;
-            find_dsc(&download)?.with_context(|| {
+            verified_download(&download)?.with_context(|| {
                 format!(
                     "apt-get source {package} left no .dsc in {}",
                     download.display()
@@ -297,11 +299,6 @@ fn fetch_source(layout: &Layout, package: &str) -> Result<Source> {
             })?
         }
     };
-    let text =
-        std::fs::read_to_string(&dsc).with_context(|| format!("reading {}", dsc.display()))?;
-    let version = dsc_field(&text, "Version")
-        .with_context(|| format!("{} has no Version field", dsc.display()))?;
-    verify_checksums(&download, &text).with_context(|| format!("verifying {}", dsc.display()))?;
     let tree = layout.dir.join("src").join(package);
     if tree.exists() {
         std::fs::remove_dir_all(&tree).with_context(|| format!("removing {}", tree.display()))?;
@@ -321,10 +318,21 @@ fn fetch_source(layout: &Layout, package: &str) -> Result<Source> {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    Ok(Source {
-        tree,
-        version: version.to_owned(),
-    })
+    Ok(Source { tree, version })
+}
+
+/// The .dsc in `dir` and its version, after checking every file it lists.
+fn verified_download(dir: &Path) -> Result<Option<(PathBuf, String)>> {
+    let Some(dsc) = find_dsc(dir)? else {
+        return Ok(None);
+    };
+    let text =
+        std::fs::read_to_string(&dsc).with_context(|| format!("reading {}", dsc.display()))?;
+    let version = dsc_field(&text, "Version")
+        .with_context(|| format!("{} has no Version field", dsc.display()))?
+        .to_owned();
+    verify_checksums(dir, &text).with_context(|| format!("verifying {}", dsc.display()))?;
+    Ok(Some((dsc, version)))
 }
 
 fn find_dsc(dir: &Path) -> Result<Option<PathBuf>> {

@@ -9,9 +9,12 @@ use std::process::ExitCode;
 use anyhow::Context;
 use tcgkit_image_core::ImageRegistry;
 use tcgkit_linux_user::{GuestExit, Options, Process, SyscallObserver};
+use tcgkit_plugin_api::{PluginHost, SymbolTable};
 use tcgkit_profiler::{
-    Event, EventKind, GuestExitStatus, ProcessExit, Profiler, Syscall, VcpuEvent,
+    Event, EventKind, GuestExitStatus, ProcessExit, Profiler, Syscall, TbFlushed,
+    TbRangeInvalidated, TbTranslated, VcpuEvent,
 };
+use tcgkit_tcg_core::EngineEvents;
 
 /// Arguments of `tcgkit run`.
 #[derive(clap::Args, Debug)]
@@ -28,28 +31,88 @@ pub struct RunArgs {
     /// verbatim (even ones that look like options, such as `--help`).
     #[arg(value_name = "GUEST [ARGS]", required = true, num_args = 1.., allow_hyphen_values = true)]
     command: Vec<OsString>,
+    /// Install a bundled plugin, QEMU style: `NAME[,key=value...]`
+    /// (repeatable; e.g. `insn,inline=true`, `mem`, `hotblocks,n=10`).
+    #[arg(long = "plugin", value_name = "NAME[,k=v...]")]
+    plugins: Vec<String>,
+    /// Send plugin output to FILE instead of stderr.
+    #[arg(long, value_name = "FILE", requires = "plugins")]
+    plugin_out: Option<PathBuf>,
     #[command(flatten)]
     trace: crate::trace::TraceArgs,
 }
 
-/// Forwards the guest's syscalls to the profiler (one `syscall` event per
-/// completed call, with its result).
-struct SyscallEvents {
+/// Forwards the engine's translations, flushes and invalidations to the
+/// profiler. Only the engine's slow paths call it.
+struct EngineTrace {
     profiler: Profiler,
+    generation: u64,
+}
+
+impl EngineEvents for EngineTrace {
+    fn block_translated(&mut self, pc: u64, insns: u32, bytes: u32) {
+        let generation = self.generation;
+        self.profiler.raise_with(EventKind::TbTranslated, || {
+            Event::TbTranslated(TbTranslated {
+                vcpu: 0,
+                pc,
+                guest_bytes: bytes,
+                insns,
+                generation,
+            })
+        });
+    }
+
+    fn flushed(&mut self, blocks_retired: usize) {
+        let generation = self.generation;
+        self.generation += 1;
+        self.profiler.raise_with(EventKind::TbFlushed, || {
+            Event::TbFlushed(TbFlushed {
+                generation,
+                count: blocks_retired as u64,
+            })
+        });
+    }
+
+    fn range_invalidated(&mut self, start: u64, len: u64, blocks_dropped: usize) {
+        self.profiler.raise_with(EventKind::TbRangeInvalidated, || {
+            Event::TbRangeInvalidated(TbRangeInvalidated {
+                start,
+                end: start.saturating_add(len),
+                count: blocks_dropped as u64,
+            })
+        });
+    }
+}
+
+/// Forwards the guest's syscalls to the plugins (entry and return) and to
+/// the profiler (one `syscall` event per completed call, with its result).
+struct SyscallHooks {
+    plugins: Option<PluginHost>,
+    profiler: Option<Profiler>,
     pending: Option<(u64, [u64; 6])>,
 }
 
-impl SyscallObserver for SyscallEvents {
+impl SyscallObserver for SyscallHooks {
     fn on_syscall(&mut self, number: u64, args: &[u64; 6]) {
+        if let Some(plugins) = &self.plugins {
+            plugins.on_syscall(0, number, args);
+        }
         self.pending = Some((number, *args));
     }
 
     fn on_syscall_return(&mut self, number: u64, ret: u64) {
+        if let Some(plugins) = &self.plugins {
+            plugins.on_syscall_return(0, number, ret);
+        }
+        let Some(profiler) = &self.profiler else {
+            return;
+        };
         let args = match self.pending.take() {
             Some((n, args)) if n == number => args,
             _ => [0; 6],
         };
-        self.profiler.raise_with(EventKind::Syscall, || {
+        profiler.raise_with(EventKind::Syscall, || {
             Event::Syscall(Syscall {
                 vcpu: 0,
                 number,
@@ -95,12 +158,45 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut process = Process::from_image(image, &guest, &argv, &env)
         .map_err(|e| anyhow::anyhow!("cannot run {}: {e}", guest.display()))?
         .with_options(Options::default().with_strace(args.strace));
+    let plugins = if args.plugins.is_empty() {
+        None
+    } else {
+        let out: Box<dyn std::io::Write + Send> = match &args.plugin_out {
+            Some(path) => Box::new(std::io::BufWriter::new(
+                std::fs::File::create(path)
+                    .with_context(|| format!("creating plugin output {}", path.display()))?,
+            )),
+            None => Box::new(std::io::stderr()),
+        };
+        let specs: Vec<&str> = args.plugins.iter().map(String::as_str).collect();
+        let host = match PluginHost::from_specs(&specs, out) {
+            Ok(host) => host,
+            Err(e) => {
+                // A bad --plugin is a bad command line: one line, a hint, 2.
+                eprintln!("tcgkit: error: {e}\nFor more information, try 'tcgkit run --help'.");
+                return Ok(ExitCode::from(2));
+            }
+        };
+        host.set_symbols(SymbolTable::from_elf(image.bytes()));
+        host.attach(process.engine_mut());
+        host.vcpu_init(0);
+        Some(host)
+    };
     let profiler = trace.as_ref().map(|t| t.profiler().clone());
-    if let Some(profiler) = &profiler {
-        process.set_syscall_observer(Box::new(SyscallEvents {
+    if plugins.is_some() || profiler.is_some() {
+        process.set_syscall_observer(Box::new(SyscallHooks {
+            plugins: plugins.clone(),
             profiler: profiler.clone(),
             pending: None,
         }));
+    }
+    if let Some(profiler) = &profiler {
+        process
+            .engine_mut()
+            .set_event_sink(Some(Box::new(EngineTrace {
+                profiler: profiler.clone(),
+                generation: 0,
+            })));
         profiler.raise_with(EventKind::VcpuStarted, || {
             Event::VcpuStarted(VcpuEvent { vcpu: 0 })
         });
@@ -117,6 +213,15 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             stats.tbs_translated,
             stats.blocks_executed
         );
+    }
+    if let Some(plugins) = &plugins {
+        // Plugins' atexit output is complete before we possibly die by the
+        // guest's signal below.
+        plugins.vcpu_exit(0);
+        for failure in plugins.failures() {
+            eprintln!("tcgkit: {failure}");
+        }
+        plugins.finish().context("finishing plugins")?;
     }
     if let Some(profiler) = &profiler {
         profiler.raise_with(EventKind::VcpuStopped, || {

@@ -50,6 +50,12 @@ fn chrome_trace_of_a_normal_run_has_image_vcpu_and_syscall_events() {
     // exits: the exit record comes last among instants.
     assert!(instants.iter().any(|n| n == "syscall 64"), "{instants:?}");
     assert!(instants.last().unwrap().contains("exit"), "{instants:?}");
+    // The engine's translations reach the trace as a counter.
+    let translated = events
+        .iter()
+        .filter(|e| e["ph"] == "C" && e["name"] == "translation blocks")
+        .count();
+    assert!(translated > 0, "{events:?}");
     // The ELF's build-id is the module's native PDB signature.
     let load = events.iter().find(|e| e["name"] == "load integer").unwrap();
     let sig = load["args"]["ModuleLoad"]["NativePdbSignature"]

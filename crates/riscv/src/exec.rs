@@ -214,7 +214,20 @@ pub(crate) fn execute<M: MemAccess>(cpu: &mut Cpu, inst: &Inst, pc: u64, mem: &m
                 return fault(f);
             }
         }
-        _ => return execute_fp(cpu, inst, pc, mem),
+        // Listed rather than `_`: with every variant an arm, the dispatch
+        // jump table covers the whole discriminant range and needs no range
+        // check before the indirect jump.
+        Inst::FBin { .. }
+        | Inst::FClass { .. }
+        | Inst::FCmp { .. }
+        | Inst::FCvt { .. }
+        | Inst::FMvDX { .. }
+        | Inst::FMvWX { .. }
+        | Inst::FMvXD { .. }
+        | Inst::FMvXW { .. }
+        | Inst::FSign { .. }
+        | Inst::FSqrt { .. }
+        | Inst::Fma { .. } => return execute_fp(cpu, inst, pc, mem),
     }
     Flow::Next
 }

@@ -19,23 +19,36 @@ use crate::instrument::{
 /// Marks "no entry" in `u32` links.
 pub(crate) const NONE: u32 = u32::MAX;
 
-/// A pre-decoded op and the length of its instruction.
+/// A pre-decoded op, the offset of its instruction from the block start and
+/// its length. The offset lets the plain loop compute an instruction's pc
+/// only where an op uses it, instead of carrying it from op to op.
 #[derive(Clone, Copy)]
 pub(crate) struct TbOp<Op> {
     pub(crate) op: Op,
+    pub(crate) offset: u32,
     pub(crate) len: u8,
 }
 
-/// Header of one translation block.
+/// Header of one translation block. One cache line each: the loop reads the
+/// header of every block it enters and the chain slots of every block it
+/// leaves.
 #[derive(Clone, Copy, Debug)]
+#[repr(align(64))]
 pub(crate) struct TbHeader {
     pub(crate) pc: u64,
+    /// Direct chaining: the guest pcs this block was last seen to continue
+    /// at (slot 0 for the fall-through, 1 for anything else) and the blocks
+    /// found there. Valid only within this generation and while the target
+    /// is alive, which [`Generation::chained`] checks.
+    chain_pc: [u64; 2],
+    chain_tb: [u32; 2],
     pub(crate) flags: u32,
     /// Guest code size in bytes.
     pub(crate) size: u32,
     /// First op in `Generation::ops` (and raw encoding in `raws`).
     pub(crate) ops_start: u32,
-    pub(crate) insn_count: u32,
+    /// One past the last op: `ops_start..ops_end` is the block's op range.
+    pub(crate) ops_end: u32,
     /// The block's instrumented step stream in `Generation::steps`;
     /// `steps_start == NONE` for an uninstrumented block.
     pub(crate) steps_start: u32,
@@ -166,6 +179,39 @@ impl<Op: Copy> Generation<Op> {
         self.index.get(&(pc, flags)).copied()
     }
 
+    /// The block `prev` chained to `pc` (its id and header), if that link
+    /// is still usable: the target is alive and was translated under the
+    /// same `flags`.
+    #[inline(always)]
+    pub(crate) fn chained(&self, prev: u32, pc: u64, flags: u32) -> Option<(u32, &TbHeader)> {
+        let from = self.tbs.get(prev as usize)?;
+        let slot = usize::from(from.chain_pc[0] != pc);
+        if from.chain_pc.get(slot) != Some(&pc) {
+            return None;
+        }
+        let id = *from.chain_tb.get(slot)?;
+        let to = self.tbs.get(id as usize)?;
+        (!to.dead && to.flags == flags).then_some((id, to))
+    }
+
+    /// The ops of block `tb`.
+    #[inline(always)]
+    pub(crate) fn ops_of(&self, tb: &TbHeader) -> Option<&[TbOp<Op>]> {
+        self.ops.get(tb.ops_start as usize..tb.ops_end as usize)
+    }
+
+    /// Records that block `prev` continued at `pc` in block `id`.
+    pub(crate) fn link(&mut self, prev: u32, pc: u64, id: u32) {
+        if let Some(from) = self.tbs.get_mut(prev as usize) {
+            let fall_through = from.pc.wrapping_add(u64::from(from.size)) == pc;
+            let slot = usize::from(!fall_through);
+            if let (Some(p), Some(t)) = (from.chain_pc.get_mut(slot), from.chain_tb.get_mut(slot)) {
+                *p = pc;
+                *t = id;
+            }
+        }
+    }
+
     pub(crate) fn live_tbs(&self) -> usize {
         self.tbs.len() - self.dead_tbs
     }
@@ -209,10 +255,12 @@ impl<Op: Copy> Generation<Op> {
             flags,
             size,
             ops_start,
-            insn_count: idx(ops.len()),
+            ops_end: idx(self.ops.len()),
             steps_start,
             steps_len,
             dead: false,
+            chain_pc: [u64::MAX; 2],
+            chain_tb: [NONE; 2],
         });
         if let Some(old) = self.index.insert((pc, flags), id) {
             // Only reachable if a caller translated a block already cached;

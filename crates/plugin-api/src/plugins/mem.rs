@@ -1,0 +1,128 @@
+//! `mem`: counts guest loads and stores, optionally tracing each access,
+//! as QEMU's contrib `mem` plugin.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use tcgkit_tcg_core::{InlineKind, MemFilter, Scoreboard};
+
+use crate::{Access, GuestInfo, Plugin, PluginArgs, PluginError, PluginHandle};
+
+const LOADS: usize = 0;
+const STORES: usize = 1;
+
+/// The `mem` plugin.
+#[derive(Debug)]
+pub struct MemCount {
+    inline: bool,
+    filter: MemFilter,
+    trace: bool,
+    board: Arc<Scoreboard>,
+}
+
+pub(crate) fn factory(
+    args: &PluginArgs,
+    guest: &GuestInfo,
+) -> Result<Arc<dyn Plugin>, PluginError> {
+    Ok(Arc::new(MemCount::from_args(args, guest)?))
+}
+
+impl MemCount {
+    /// Builds it from `inline=on|off` (default off), `rw=r|w|rw` (default
+    /// rw) and `trace=on|off` (default off: one line per access).
+    pub fn from_args(args: &PluginArgs, guest: &GuestInfo) -> Result<Self, PluginError> {
+        args.check_known(&["inline", "rw", "trace"])?;
+        let filter = match args.choice("rw", "rw", &["r", "w", "rw"])? {
+            "r" => MemFilter::Reads,
+            "w" => MemFilter::Writes,
+            _ => MemFilter::All,
+        };
+        let trace = args.bool("trace", false)?;
+        let inline = args.bool("inline", false)?;
+        if inline && trace {
+            return Err(PluginError::BadArgument {
+                plugin: "mem".into(),
+                key: "trace".into(),
+                reason: "tracing needs a callback: use inline=off".into(),
+            });
+        }
+        Ok(MemCount {
+            inline,
+            filter,
+            trace,
+            board: super::board(2, guest.vcpus),
+        })
+    }
+
+    /// Loads seen (all vCPUs).
+    pub fn loads(&self) -> u64 {
+        self.board.sum(LOADS)
+    }
+
+    /// Stores seen (all vCPUs).
+    pub fn stores(&self) -> u64 {
+        self.board.sum(STORES)
+    }
+
+    /// The text printed at exit.
+    pub fn report(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "loads: {}", self.loads());
+        let _ = writeln!(s, "stores: {}", self.stores());
+        let _ = writeln!(
+            s,
+            "total accesses: {}",
+            self.loads().wrapping_add(self.stores())
+        );
+        s
+    }
+}
+
+impl Plugin for MemCount {
+    fn install(self: Arc<Self>, handle: &PluginHandle) -> Result<(), PluginError> {
+        let me = Arc::clone(&self);
+        let out = handle.clone();
+        handle.on_tb_trans(move |tb| {
+            for mut insn in tb.insns() {
+                if me.inline {
+                    if me.filter != MemFilter::Writes {
+                        insn.on_mem_inline(MemFilter::Reads, &me.board, LOADS, InlineKind::Add(1));
+                    }
+                    if me.filter != MemFilter::Reads {
+                        insn.on_mem_inline(
+                            MemFilter::Writes,
+                            &me.board,
+                            STORES,
+                            InlineKind::Add(1),
+                        );
+                    }
+                    continue;
+                }
+                let board = Arc::clone(&me.board);
+                let trace = me.trace.then(|| (out.clone(), insn.disassembly()));
+                insn.on_mem(me.filter, Access::NONE, move |ctx, access| {
+                    super::bump(
+                        &board,
+                        ctx.vcpu(),
+                        if access.is_store { STORES } else { LOADS },
+                        1,
+                    );
+                    if let Some((out, disas)) = &trace {
+                        out.outs(&format!(
+                            "{:#x}, {disas}, {:#x}, {}{}, {}, {:#x}\n",
+                            ctx.pc(),
+                            access.addr,
+                            if access.sign_extended { "s" } else { "" },
+                            access.size * 8,
+                            if access.is_store { "store" } else { "load" },
+                            access.value
+                        ));
+                    }
+                });
+            }
+        });
+        let out = handle.clone();
+        handle.on_atexit(move || out.outs(&self.report()));
+        Ok(())
+    }
+}

@@ -1,0 +1,96 @@
+//! Plugins by name, so a command line can find them.
+
+use std::sync::Arc;
+
+use crate::args::{PluginArgs, PluginSpec};
+use crate::host::{GuestInfo, Plugin};
+use crate::{PluginError, plugins};
+
+/// Builds a plugin from its arguments.
+pub type PluginFactory = fn(&PluginArgs, &GuestInfo) -> Result<Arc<dyn Plugin>, PluginError>;
+
+/// Named plugin factories.
+#[derive(Clone, Debug, Default)]
+pub struct PluginRegistry {
+    entries: Vec<(&'static str, &'static str, PluginFactory)>,
+}
+
+impl PluginRegistry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        PluginRegistry::default()
+    }
+
+    /// The plugins bundled with tcgkit: `insn`, `mem`, `bb`, `hotblocks`,
+    /// `howvec`, `syscall` and `cache`.
+    pub fn bundled() -> Self {
+        let mut r = PluginRegistry::new();
+        r.register(
+            "insn",
+            "count executed instructions per vCPU (inline=on|off)",
+            plugins::insn::factory,
+        );
+        r.register(
+            "mem",
+            "count loads and stores (inline=on|off, rw=r|w|rw, trace=on|off)",
+            plugins::mem::factory,
+        );
+        r.register(
+            "bb",
+            "count executed blocks and their instructions (inline=on|off)",
+            plugins::bb::factory,
+        );
+        r.register(
+            "hotblocks",
+            "the most executed blocks (limit=N)",
+            plugins::hotblocks::factory,
+        );
+        r.register(
+            "howvec",
+            "histogram of executed instruction classes",
+            plugins::howvec::factory,
+        );
+        r.register(
+            "syscall",
+            "system call counts and errors (print=on|off)",
+            plugins::syscall::factory,
+        );
+        r.register(
+            "cache",
+            "L1 instruction/data cache simulator (dcachesize, dassoc, dblksize, icachesize, iassoc, iblksize, limit)",
+            plugins::cache::factory,
+        );
+        r
+    }
+
+    /// Adds (or replaces) the plugin `name`.
+    pub fn register(&mut self, name: &'static str, summary: &'static str, factory: PluginFactory) {
+        self.entries.retain(|e| e.0 != name);
+        self.entries.push((name, summary, factory));
+    }
+
+    /// Registered names with their one-line summaries.
+    pub fn list(&self) -> impl Iterator<Item = (&'static str, &'static str)> + '_ {
+        self.entries.iter().map(|e| (e.0, e.1))
+    }
+
+    /// Builds the plugin `spec` names with its arguments.
+    pub fn create(
+        &self,
+        spec: &PluginSpec,
+        guest: &GuestInfo,
+    ) -> Result<Arc<dyn Plugin>, PluginError> {
+        let Some(entry) = self.entries.iter().find(|e| e.0 == spec.name) else {
+            return Err(PluginError::UnknownPlugin {
+                name: spec.name.clone(),
+                available: self
+                    .entries
+                    .iter()
+                    .map(|e| e.0)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        };
+        (entry.2)(&spec.args, guest)
+    }
+}

@@ -1,0 +1,393 @@
+//! What plugins see and attach at translation time, and what their
+//! execution-time callbacks may do.
+
+use std::fmt;
+use std::ops::BitOr;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+use tcgkit_tcg_core::{
+    Action, CallbackContext, Compare, Condition, InlineKind, InlineOp, InsnCallback, InsnInfo,
+    InsnPlan, MemAccessInfo, MemAction, MemCallback, MemFilter, Scoreboard, TbPlan, TbView,
+};
+
+use crate::PluginError;
+use crate::host::Guard;
+use crate::symbols::SymbolTable;
+
+/// What an execution-time callback declares it will read (QEMU's
+/// `QEMU_PLUGIN_CB_R_REGS` and memory-read permission). Combine with `|`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Access(u8);
+
+impl Access {
+    /// Reads nothing of the guest state (the cheapest).
+    pub const NONE: Access = Access(0);
+    /// Reads guest registers ([`ExecContext::read_register`]).
+    pub const REGISTERS: Access = Access(1);
+    /// Reads guest memory ([`ExecContext::read_memory`]).
+    pub const MEMORY: Access = Access(2);
+
+    /// True if every flag of `other` is set.
+    pub fn contains(self, other: Access) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl BitOr for Access {
+    type Output = Access;
+    fn bitor(self, rhs: Access) -> Access {
+        Access(self.0 | rhs.0)
+    }
+}
+
+/// What an execution-time callback may see and do; valid for the call only.
+pub struct ExecContext<'c, 'a> {
+    ctx: &'c mut CallbackContext<'a>,
+    access: Access,
+}
+
+impl fmt::Debug for ExecContext<'_, '_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ExecContext")
+            .field("vcpu", &self.vcpu())
+            .field("pc", &self.pc())
+            .finish()
+    }
+}
+
+impl ExecContext<'_, '_> {
+    /// Index of the executing vCPU.
+    pub fn vcpu(&self) -> u32 {
+        self.ctx.vcpu()
+    }
+
+    /// Address of the instruction (of the block, for block callbacks).
+    pub fn pc(&self) -> u64 {
+        self.ctx.pc()
+    }
+
+    /// Reads guest register `name` (`"a0"`, `"x10"`, `"pc"`, ...). Needs
+    /// [`Access::REGISTERS`]; not available in memory callbacks.
+    pub fn read_register(&self, name: &str) -> Result<u64, PluginError> {
+        if !self.access.contains(Access::REGISTERS) {
+            return Err(PluginError::RegistersNotDeclared);
+        }
+        match self.ctx.read_register(name) {
+            Some(v) => Ok(v),
+            // The pc is always readable where registers are at all.
+            None if self.ctx.read_register("pc").is_none() => {
+                Err(PluginError::RegistersUnavailable)
+            }
+            None => Err(PluginError::UnknownRegister(name.to_owned())),
+        }
+    }
+
+    /// Reads guest memory at `addr` into `buf` (checked like a guest load).
+    /// Needs [`Access::MEMORY`].
+    pub fn read_memory(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), PluginError> {
+        if !self.access.contains(Access::MEMORY) {
+            return Err(PluginError::MemoryNotDeclared);
+        }
+        self.ctx.read_memory(addr, buf).map_err(PluginError::Memory)
+    }
+}
+
+/// Wraps a plugin's execution callback: one indirect call, a generation
+/// check, and a panic boundary that uninstalls the plugin.
+fn exec_callback<F>(guard: &Guard, access: Access, what: &'static str, f: F) -> InsnCallback
+where
+    F: Fn(&mut ExecContext<'_, '_>) + Send + Sync + 'static,
+{
+    let guard = guard.clone();
+    Arc::new(move |ctx: &mut CallbackContext<'_>| {
+        if guard.live() {
+            let mut ec = ExecContext { ctx, access };
+            if let Err(payload) = catch_unwind(AssertUnwindSafe(|| f(&mut ec))) {
+                guard.fail(what, payload);
+            }
+        }
+    })
+}
+
+fn mem_callback<F>(guard: &Guard, access: Access, f: F) -> MemCallback
+where
+    F: Fn(&mut ExecContext<'_, '_>, &MemAccessInfo) + Send + Sync + 'static,
+{
+    let guard = guard.clone();
+    Arc::new(move |ctx: &mut CallbackContext<'_>, info: &MemAccessInfo| {
+        if guard.live() {
+            let mut ec = ExecContext { ctx, access };
+            if let Err(payload) = catch_unwind(AssertUnwindSafe(|| f(&mut ec, info))) {
+                guard.fail("memory", payload);
+            }
+        }
+    })
+}
+
+fn inline(board: &Arc<Scoreboard>, slot: usize, kind: InlineKind) -> InlineOp {
+    InlineOp {
+        board: Arc::clone(board),
+        slot,
+        kind,
+    }
+}
+
+fn condition(board: &Arc<Scoreboard>, slot: usize, compare: Compare, value: u64) -> Condition {
+    Condition {
+        board: Arc::clone(board),
+        slot,
+        compare,
+        value,
+    }
+}
+
+/// A block being translated, as one plugin sees it (QEMU's
+/// `qemu_plugin_tb`): read-only facts, and registration of what runs when
+/// the block and its instructions execute. Valid only during the
+/// `tb_trans` callback.
+pub struct TbTrans<'a> {
+    view: &'a TbView<'a>,
+    plan: &'a mut TbPlan,
+    guard: &'a Guard,
+    symbols: &'a SymbolTable,
+}
+
+impl fmt::Debug for TbTrans<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TbTrans")
+            .field("pc", &self.pc())
+            .field("insns", &self.insn_count())
+            .finish()
+    }
+}
+
+impl<'a> TbTrans<'a> {
+    pub(crate) fn new(
+        view: &'a TbView<'a>,
+        plan: &'a mut TbPlan,
+        guard: &'a Guard,
+        symbols: &'a SymbolTable,
+    ) -> Self {
+        TbTrans {
+            view,
+            plan,
+            guard,
+            symbols,
+        }
+    }
+
+    /// Guest address of the block's first instruction.
+    pub fn pc(&self) -> u64 {
+        self.view.pc()
+    }
+
+    /// Size of the block's code in bytes.
+    pub fn size(&self) -> u64 {
+        self.view.size()
+    }
+
+    /// Number of instructions.
+    pub fn insn_count(&self) -> usize {
+        self.view.insn_count()
+    }
+
+    /// The guest register names callbacks may read.
+    pub fn register_names(&self) -> &'static [&'static str] {
+        self.view.register_names()
+    }
+
+    /// Instruction `index`, to inspect and instrument.
+    pub fn insn(&mut self, index: usize) -> Option<InsnTrans<'_>> {
+        let info = *self.view.insns().get(index)?;
+        let plan = self.plan.insn(index)?;
+        Some(InsnTrans {
+            info,
+            index,
+            view: self.view,
+            plan,
+            guard: self.guard,
+            symbols: self.symbols,
+        })
+    }
+
+    /// Every instruction in order, to inspect and instrument.
+    pub fn insns(&mut self) -> impl Iterator<Item = InsnTrans<'_>> {
+        let (view, guard, symbols) = (self.view, self.guard, self.symbols);
+        self.plan
+            .insns_mut()
+            .iter_mut()
+            .zip(view.insns())
+            .enumerate()
+            .map(move |(index, (plan, &info))| InsnTrans {
+                info,
+                index,
+                view,
+                plan,
+                guard,
+                symbols,
+            })
+    }
+
+    /// Calls `cb` each time the block is entered.
+    pub fn on_exec(
+        &mut self,
+        access: Access,
+        cb: impl Fn(&mut ExecContext<'_, '_>) + Send + Sync + 'static,
+    ) {
+        self.plan.on_entry(Action::Callback(exec_callback(
+            self.guard,
+            access,
+            "block execution",
+            cb,
+        )));
+    }
+
+    /// Applies `kind` to `slot` of the executing vCPU's row of `board`
+    /// each time the block is entered, without a call.
+    pub fn on_exec_inline(&mut self, board: &Arc<Scoreboard>, slot: usize, kind: InlineKind) {
+        self.plan
+            .on_entry(Action::Inline(inline(board, slot, kind)));
+    }
+
+    /// Calls `cb` on block entry only if `slot` of the vCPU's row of
+    /// `board` compares to `value` as `compare` says (QEMU's `_cond_cb`).
+    pub fn on_exec_cond(
+        &mut self,
+        board: &Arc<Scoreboard>,
+        slot: usize,
+        compare: Compare,
+        value: u64,
+        access: Access,
+        cb: impl Fn(&mut ExecContext<'_, '_>) + Send + Sync + 'static,
+    ) {
+        let cb = exec_callback(self.guard, access, "block execution", cb);
+        self.plan.on_entry(Action::Conditional(
+            condition(board, slot, compare, value),
+            cb,
+        ));
+    }
+}
+
+/// One instruction of a block being translated (QEMU's `qemu_plugin_insn`).
+pub struct InsnTrans<'a> {
+    info: InsnInfo,
+    index: usize,
+    view: &'a TbView<'a>,
+    plan: &'a mut InsnPlan,
+    guard: &'a Guard,
+    symbols: &'a SymbolTable,
+}
+
+impl fmt::Debug for InsnTrans<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InsnTrans")
+            .field("index", &self.index)
+            .field("info", &self.info)
+            .finish()
+    }
+}
+
+impl InsnTrans<'_> {
+    /// Position in the block.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// Guest address.
+    pub fn pc(&self) -> u64 {
+        self.info.pc
+    }
+
+    /// Length in bytes.
+    pub fn size(&self) -> u8 {
+        self.info.len
+    }
+
+    /// The raw encoding (its low [`InsnTrans::size`] bytes).
+    pub fn raw(&self) -> u32 {
+        self.info.raw
+    }
+
+    /// The instruction's bytes in memory order.
+    pub fn bytes(&self) -> Vec<u8> {
+        self.info.bytes()
+    }
+
+    /// Disassembly text, as the frontend prints it.
+    pub fn disassembly(&self) -> String {
+        self.view.disassemble(self.index).unwrap_or_default()
+    }
+
+    /// The guest function containing the instruction, if symbols are known.
+    pub fn symbol(&self) -> Option<&str> {
+        self.symbols.lookup(self.info.pc)
+    }
+
+    /// Calls `cb` before the instruction executes.
+    pub fn on_exec(
+        &mut self,
+        access: Access,
+        cb: impl Fn(&mut ExecContext<'_, '_>) + Send + Sync + 'static,
+    ) {
+        self.plan.on_execute(Action::Callback(exec_callback(
+            self.guard,
+            access,
+            "instruction",
+            cb,
+        )));
+    }
+
+    /// Applies `kind` to `slot` of the executing vCPU's row of `board`
+    /// before the instruction executes, without a call.
+    pub fn on_exec_inline(&mut self, board: &Arc<Scoreboard>, slot: usize, kind: InlineKind) {
+        self.plan
+            .on_execute(Action::Inline(inline(board, slot, kind)));
+    }
+
+    /// Calls `cb` before the instruction executes, only if the scoreboard
+    /// entry compares to `value` as `compare` says.
+    pub fn on_exec_cond(
+        &mut self,
+        board: &Arc<Scoreboard>,
+        slot: usize,
+        compare: Compare,
+        value: u64,
+        access: Access,
+        cb: impl Fn(&mut ExecContext<'_, '_>) + Send + Sync + 'static,
+    ) {
+        let cb = exec_callback(self.guard, access, "instruction", cb);
+        self.plan.on_execute(Action::Conditional(
+            condition(board, slot, compare, value),
+            cb,
+        ));
+    }
+
+    /// Calls `cb` after each of the instruction's memory accesses that
+    /// `filter` selects, with the access's address, size, sign extension,
+    /// direction and value. Registers are not readable here.
+    pub fn on_mem(
+        &mut self,
+        filter: MemFilter,
+        access: Access,
+        cb: impl Fn(&mut ExecContext<'_, '_>, &MemAccessInfo) + Send + Sync + 'static,
+    ) {
+        self.plan.on_memory(
+            filter,
+            MemAction::Callback(mem_callback(self.guard, access, cb)),
+        );
+    }
+
+    /// Applies `kind` to the scoreboard entry on each selected access,
+    /// without a call.
+    pub fn on_mem_inline(
+        &mut self,
+        filter: MemFilter,
+        board: &Arc<Scoreboard>,
+        slot: usize,
+        kind: InlineKind,
+    ) {
+        self.plan
+            .on_memory(filter, MemAction::Inline(inline(board, slot, kind)));
+    }
+}
