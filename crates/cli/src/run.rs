@@ -11,7 +11,7 @@ use tcgkit_image_core::ImageRegistry;
 use tcgkit_linux_user::{GuestExit, Options, Process, SyscallObserver};
 use tcgkit_plugin_api::{PluginHost, SymbolTable};
 use tcgkit_profiler::{
-    Event, EventKind, GuestExitStatus, ProcessExit, Profiler, Syscall, TbFlushed,
+    Event, EventKind, GuestExitStatus, PluginEvent, ProcessExit, Profiler, Syscall, TbFlushed,
     TbRangeInvalidated, TbTranslated, VcpuEvent,
 };
 use tcgkit_tcg_core::EngineEvents;
@@ -190,7 +190,16 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             pending: None,
         }));
     }
+    let installed = plugins
+        .as_ref()
+        .map(PluginHost::installed)
+        .unwrap_or_default();
     if let Some(profiler) = &profiler {
+        for (id, name) in &installed {
+            profiler.raise_with(EventKind::PluginInstalled, || {
+                Event::PluginInstalled(PluginEvent { id: id.0, name })
+            });
+        }
         process
             .engine_mut()
             .set_event_sink(Some(Box::new(EngineTrace {
@@ -222,6 +231,16 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             eprintln!("tcgkit: {failure}");
         }
         plugins.finish().context("finishing plugins")?;
+        if let Some(profiler) = &profiler {
+            // Plugins that uninstalled themselves or were removed after a
+            // panic during the run.
+            let remaining = plugins.installed();
+            for (id, name) in installed.iter().filter(|p| !remaining.contains(p)) {
+                profiler.raise_with(EventKind::PluginUninstalled, || {
+                    Event::PluginUninstalled(PluginEvent { id: id.0, name })
+                });
+            }
+        }
     }
     if let Some(profiler) = &profiler {
         profiler.raise_with(EventKind::VcpuStopped, || {

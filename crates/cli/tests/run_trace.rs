@@ -128,3 +128,23 @@ fn trace_is_completed_on_interrupt() {
     let vcpu = events.iter().find(|e| e["name"] == "vCPU 0").unwrap();
     assert_eq!(vcpu["args"]["incomplete"], true, "{vcpu}");
 }
+
+#[test]
+fn plugins_installed_for_the_run_appear_in_the_trace() {
+    let trace = scratch("plugins.jsonl");
+    let out = Command::new(env!("CARGO_BIN_EXE_tcgkit"))
+        .args(["run", "--plugin", "insn", "--plugin", "mem", "--trace"])
+        .arg(&trace)
+        .arg(guest("float"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let installed: Vec<String> = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|l| l["event"] == "plugin_installed")
+        .map(|l| l["plugin"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(installed, ["insn", "mem"]);
+}

@@ -1,0 +1,464 @@
+//! Differential tests on real-world programs nobody here wrote: Lua, zstd
+//! and the sqlite3 shell, built from Debian source packages for RV64 by
+//! `cargo xtask realworld` into `target/realworld/bin/`. Each case runs
+//! under `tcgkit run` and under Debian's `qemu-riscv64` with the same
+//! arguments, stdin, environment and a fresh working directory; stdout, the
+//! exit status and any files the case names must be byte-identical.
+//!
+//! Without the built programs or qemu-riscv64 the tests skip with a message,
+//! except under CI (`CI=true`), where `cargo xtask test` builds them first
+//! and a missing piece is a failure.
+
+use std::io::{Read, Write};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+const QEMU: &str = "qemu-riscv64";
+
+/// Generous: the slowest case takes a few seconds in a debug build.
+const TIMEOUT: Duration = Duration::from_secs(300);
+
+fn under_ci() -> bool {
+    std::env::var("CI").as_deref() == Ok("true")
+}
+
+/// Skips (returns `None`) with a message when something is missing, or
+/// fails under CI.
+fn require(found: bool, what: &str) -> Option<()> {
+    if found {
+        return Some(());
+    }
+    assert!(!under_ci(), "{what} (required under CI)");
+    eprintln!("skipped: {what}");
+    None
+}
+
+/// The built program `name`, next to the target directory holding tcgkit.
+fn program(name: &str) -> Option<PathBuf> {
+    let tcgkit = Path::new(env!("CARGO_BIN_EXE_tcgkit"));
+    let bin = tcgkit.parent()?.parent()?.join("realworld").join("bin");
+    let path = bin.join(name);
+    require(
+        path.is_file(),
+        &format!(
+            "{} is not built; run `cargo xtask realworld`",
+            path.display()
+        ),
+    )?;
+    let qemu = Command::new(QEMU)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    require(
+        qemu,
+        &format!("{QEMU} is not installed (apt-get install qemu-user)"),
+    )?;
+    Some(path)
+}
+
+fn fixture(name: &str) -> Vec<u8> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/realworld")
+        .join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+}
+
+/// `len` bytes of reproducible text; the twin of `corpus` in
+/// xtask/src/realworld.rs (the benchmark's input), kept here so the tests
+/// depend on nothing the build step writes.
+fn corpus(len: usize) -> Vec<u8> {
+    const WORDS: &[&str] = &[
+        "alpha",
+        "beta",
+        "gamma",
+        "delta",
+        "emulator",
+        "block",
+        "cache",
+        "flush",
+        "vcpu",
+        "plugin",
+        "riscv",
+        "translate",
+    ];
+    let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut next = move |bound: u64| {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        state.wrapping_mul(0x2545_F491_4F6C_DD1D) % bound
+    };
+    let mut out = Vec::with_capacity(len + 128);
+    while out.len() < len {
+        let words = 3 + next(10);
+        for i in 0..words {
+            if i > 0 {
+                out.push(b' ');
+            }
+            out.extend_from_slice(WORDS[next(WORDS.len() as u64) as usize].as_bytes());
+        }
+        out.extend_from_slice(format!(" {}\n", next(100_000)).as_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// One program run, identical for both emulators.
+struct Case<'a> {
+    name: &'a str,
+    program: PathBuf,
+    args: &'a [&'a str],
+    stdin: Vec<u8>,
+    /// Files put in the working directory first.
+    inputs: Vec<(&'a str, Vec<u8>)>,
+    /// Files the program writes in the working directory; compared too.
+    outputs: &'a [&'a str],
+}
+
+struct Outcome {
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    status: ExitStatus,
+    /// Contents of `Case::outputs`, in order (`None` when not written).
+    files: Vec<Option<Vec<u8>>>,
+}
+
+impl Outcome {
+    fn describe(&self) -> String {
+        format!(
+            "status {:?} (code {:?}, signal {:?}), {} stdout bytes\n--- stderr\n{}",
+            self.status,
+            self.status.code(),
+            self.status.signal(),
+            self.stdout.len(),
+            String::from_utf8_lossy(&self.stderr)
+        )
+    }
+}
+
+/// Runs `case` with `runner` (`[tcgkit, run]` or `[qemu-riscv64]`) in a
+/// fresh directory, with a small fixed environment, killing it on timeout.
+fn execute(case: &Case, runner: &[&str], tag: &str) -> Outcome {
+    let dir = std::env::temp_dir().join(format!(
+        "tcgkit-realworld-{}-{}-{tag}",
+        std::process::id(),
+        case.name
+    ));
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).expect("clear the work directory");
+    }
+    std::fs::create_dir_all(&dir).expect("create the work directory");
+    for (name, bytes) in &case.inputs {
+        std::fs::write(dir.join(name), bytes).expect("write an input file");
+    }
+    let (exe, pre) = runner.split_first().expect("a runner");
+    let mut child = Command::new(exe)
+        .args(pre)
+        .arg(&case.program)
+        .args(case.args)
+        .env_clear()
+        .env("LC_ALL", "C")
+        .env("HOME", &dir)
+        .env("TZ", "UTC")
+        .current_dir(&dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {exe}: {e}"));
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    let input = case.stdin.clone();
+    // The guest may exit without reading everything: a broken pipe is fine.
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
+    let mut out_pipe = child.stdout.take().expect("piped stdout");
+    let mut err_pipe = child.stderr.take().expect("piped stderr");
+    let out_reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = out_pipe.read_to_end(&mut buf);
+        buf
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = err_pipe.read_to_end(&mut buf);
+        buf
+    });
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for the guest") {
+            break status;
+        }
+        if started.elapsed() > TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{}: {exe} timed out after {TIMEOUT:?}", case.name);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let _ = writer.join();
+    let stdout = out_reader.join().expect("stdout reader");
+    let stderr = err_reader.join().expect("stderr reader");
+    let files = case
+        .outputs
+        .iter()
+        .map(|name| std::fs::read(dir.join(name)).ok())
+        .collect();
+    let _ = std::fs::remove_dir_all(&dir);
+    Outcome {
+        stdout,
+        stderr,
+        status,
+        files,
+    }
+}
+
+fn first_difference(a: &[u8], b: &[u8]) -> usize {
+    a.iter()
+        .zip(b)
+        .position(|(x, y)| x != y)
+        .unwrap_or(a.len().min(b.len()))
+}
+
+/// Runs the case under both and asserts identical results; returns qemu's
+/// outcome so a test can also check it did what the case intends.
+fn differential(case: &Case) -> Outcome {
+    let reference = execute(case, &[QEMU], "qemu");
+    let ours = execute(case, &[env!("CARGO_BIN_EXE_tcgkit"), "run"], "tcgkit");
+    let same_status = ours.status.code() == reference.status.code()
+        && ours.status.signal() == reference.status.signal();
+    if ours.stdout != reference.stdout || !same_status {
+        let at = first_difference(&ours.stdout, &reference.stdout);
+        let window = |s: &[u8]| {
+            let from = at.saturating_sub(80);
+            String::from_utf8_lossy(&s[from.min(s.len())..(at + 80).min(s.len())]).into_owned()
+        };
+        panic!(
+            "{}: tcgkit differs from {QEMU} (stdout differs from byte {at})\n\
+             === tcgkit: {}\n--- stdout near there\n{}\n\
+             === {QEMU}: {}\n--- stdout near there\n{}",
+            case.name,
+            ours.describe(),
+            window(&ours.stdout),
+            reference.describe(),
+            window(&reference.stdout),
+        );
+    }
+    // A file both left absent (e.g. removed by the program) also agrees.
+    for (i, name) in case.outputs.iter().enumerate() {
+        assert!(
+            ours.files[i] == reference.files[i],
+            "{}: output file {name} differs ({:?} vs {:?} bytes)",
+            case.name,
+            ours.files[i].as_ref().map(Vec::len),
+            reference.files[i].as_ref().map(Vec::len)
+        );
+    }
+    reference
+}
+
+#[test]
+fn lua_runs_a_string_table_and_float_workload() {
+    let Some(lua) = program("lua") else { return };
+    let case = Case {
+        name: "lua-workload",
+        program: lua,
+        args: &["workload.lua", "first", "second arg"],
+        stdin: Vec::new(),
+        inputs: vec![("workload.lua", fixture("workload.lua"))],
+        outputs: &[],
+    };
+    let reference = differential(&case);
+    assert_eq!(reference.status.code(), Some(3), "{}", reference.describe());
+    let text = String::from_utf8_lossy(&reference.stdout);
+    assert!(text.contains("first,second arg"), "{text}");
+}
+
+#[test]
+fn lua_reads_stdin_line_by_line() {
+    let Some(lua) = program("lua") else { return };
+    let script = "local lines, words, longest = 0, 0, 0 \
+                  for l in io.lines() do lines = lines + 1; longest = math.max(longest, #l) \
+                  for _ in l:gmatch('%S+') do words = words + 1 end end \
+                  print(lines, words, longest, string.format('%.3f', words / lines))";
+    let case = Case {
+        name: "lua-stdin",
+        program: lua,
+        args: &["-e", script],
+        stdin: corpus(100_000),
+        inputs: Vec::new(),
+        outputs: &[],
+    };
+    let reference = differential(&case);
+    assert!(reference.status.success(), "{}", reference.describe());
+}
+
+#[test]
+fn zstd_compresses_stdin_to_stdout_at_two_levels() {
+    let Some(zstd) = program("zstd") else { return };
+    for (name, args) in [
+        ("zstd-default", &["-c"][..]),
+        ("zstd-level9", &["-9", "-c", "--no-check"][..]),
+    ] {
+        let case = Case {
+            name,
+            program: zstd.clone(),
+            args,
+            stdin: corpus(200_000),
+            inputs: Vec::new(),
+            outputs: &[],
+        };
+        let reference = differential(&case);
+        assert!(reference.status.success(), "{}", reference.describe());
+        assert!(
+            reference.stdout.len() < 100_000,
+            "{name}: text must compress"
+        );
+    }
+}
+
+#[test]
+fn zstd_round_trips_through_files_and_stdin() {
+    let Some(zstd) = program("zstd") else { return };
+    let text = corpus(200_000);
+    // File to file: exercises open/stat/chmod/utime paths, compares the file.
+    let case = Case {
+        name: "zstd-file",
+        program: zstd.clone(),
+        args: &["-q", "corpus.txt", "-o", "corpus.txt.zst"],
+        stdin: Vec::new(),
+        inputs: vec![("corpus.txt", text.clone())],
+        outputs: &["corpus.txt.zst"],
+    };
+    let reference = differential(&case);
+    assert!(reference.status.success(), "{}", reference.describe());
+    let compressed = reference.files[0].clone().expect("compressed file");
+    let case = Case {
+        name: "zstd-decompress",
+        program: zstd,
+        args: &["-d", "-c"],
+        stdin: compressed,
+        inputs: Vec::new(),
+        outputs: &[],
+    };
+    let reference = differential(&case);
+    assert!(
+        reference.stdout == text,
+        "decompression must restore the input"
+    );
+}
+
+#[test]
+fn zstd_compresses_several_files_and_lists_them() {
+    let Some(zstd) = program("zstd") else { return };
+    let text = corpus(150_000);
+    let half = text.get(..75_000).expect("corpus length").to_vec();
+    // `--rm` removes the sources after compressing: unlink, stat, chmod, utimes.
+    let case = Case {
+        name: "zstd-multi",
+        program: zstd.clone(),
+        args: &["-q", "--rm", "-5", "a.txt", "b.txt"],
+        stdin: Vec::new(),
+        inputs: vec![("a.txt", text), ("b.txt", half)],
+        outputs: &["a.txt.zst", "b.txt.zst", "a.txt", "b.txt"],
+    };
+    let reference = differential(&case);
+    assert!(reference.status.success(), "{}", reference.describe());
+    let [Some(a), Some(b), None, None] = &reference.files[..] else {
+        panic!("zstd --rm must leave exactly the two .zst files");
+    };
+    let case = Case {
+        name: "zstd-list",
+        program: zstd,
+        args: &["-l", "a.txt.zst", "b.txt.zst"],
+        stdin: Vec::new(),
+        inputs: vec![("a.txt.zst", a.clone()), ("b.txt.zst", b.clone())],
+        outputs: &[],
+    };
+    let reference = differential(&case);
+    assert!(reference.status.success(), "{}", reference.describe());
+    let listing = String::from_utf8_lossy(&reference.stdout);
+    assert!(listing.contains("2 files"), "{listing}");
+}
+
+#[test]
+fn zstd_rejects_corrupt_input_the_same_way() {
+    let Some(zstd) = program("zstd") else { return };
+    let case = Case {
+        name: "zstd-corrupt",
+        program: zstd,
+        args: &["-d", "-c"],
+        stdin: b"\x28\xb5\x2f\xfd this is not a zstd frame".to_vec(),
+        inputs: Vec::new(),
+        outputs: &[],
+    };
+    let reference = differential(&case);
+    assert!(!reference.status.success(), "{}", reference.describe());
+}
+
+#[test]
+fn sqlite_runs_a_script_on_a_database_file() {
+    let Some(sqlite) = program("sqlite3") else {
+        return;
+    };
+    let case = Case {
+        name: "sqlite-workload",
+        program: sqlite,
+        args: &["work.db"],
+        stdin: fixture("workload.sql"),
+        inputs: Vec::new(),
+        outputs: &["work.db"],
+    };
+    let reference = differential(&case);
+    assert!(reference.status.success(), "{}", reference.describe());
+    let text = String::from_utf8_lossy(&reference.stdout);
+    assert!(
+        text.contains("\nok\n"),
+        "integrity_check must pass:\n{text}"
+    );
+}
+
+#[test]
+fn sqlite_runs_in_write_ahead_log_mode() {
+    // WAL mode maps the `-shm` file shared and writable: it needs
+    // mmap(MAP_SHARED, PROT_WRITE) of a file to work as under Linux.
+    let Some(sqlite) = program("sqlite3") else {
+        return;
+    };
+    let case = Case {
+        name: "sqlite-wal",
+        program: sqlite,
+        args: &["wal.db"],
+        stdin: fixture("wal.sql"),
+        inputs: Vec::new(),
+        outputs: &["wal.db"],
+    };
+    let reference = differential(&case);
+    assert!(reference.status.success(), "{}", reference.describe());
+    let text = String::from_utf8_lossy(&reference.stdout);
+    assert!(
+        text.starts_with("wal\n") && text.ends_with("delete\nok\n"),
+        "{text}"
+    );
+}
+
+#[test]
+fn sqlite_reports_an_sql_error_with_the_same_status() {
+    let Some(sqlite) = program("sqlite3") else {
+        return;
+    };
+    let case = Case {
+        name: "sqlite-error",
+        program: sqlite,
+        args: &[":memory:", "SELECT 1; SELECT * FROM missing_table;"],
+        stdin: Vec::new(),
+        inputs: Vec::new(),
+        outputs: &[],
+    };
+    let reference = differential(&case);
+    assert_eq!(reference.status.code(), Some(1), "{}", reference.describe());
+}
