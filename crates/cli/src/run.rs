@@ -212,6 +212,14 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     let started = std::time::Instant::now();
     let end = process.run();
+    if interrupted() {
+        // The interrupt thread is completing the trace and will end this
+        // process by the signal; the guest's own ending (a read cut short,
+        // say) must not win that race with a normal exit.
+        loop {
+            std::thread::park();
+        }
+    }
     if args.stats {
         let elapsed = started.elapsed().as_secs_f64();
         let stats = process.engine().stats();
@@ -275,12 +283,29 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// Set inside the signal handler itself (before an interrupted host call
+/// returns), so the main thread cannot miss it: the process then ends by
+/// that signal from the interrupt thread.
+static INTERRUPTED: std::sync::OnceLock<std::sync::Arc<std::sync::atomic::AtomicBool>> =
+    std::sync::OnceLock::new();
+
+fn interrupted() -> bool {
+    INTERRUPTED
+        .get()
+        .is_some_and(|flag| flag.load(std::sync::atomic::Ordering::Acquire))
+}
+
 /// Ctrl-C or `kill` would end the process without running destructors,
 /// leaving a truncated trace: complete it first, then die by that signal.
 fn finish_trace_on_interrupt(
     session: std::sync::Arc<tcgkit_profiler::TraceSession>,
 ) -> anyhow::Result<()> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let flag = INTERRUPTED.get_or_init(Default::default);
+    for signal in [SIGINT, SIGTERM, SIGHUP] {
+        signal_hook::flag::register(signal, std::sync::Arc::clone(flag))
+            .context("installing the interrupt handler")?;
+    }
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
         .context("installing the interrupt handler")?;
     std::thread::Builder::new()
