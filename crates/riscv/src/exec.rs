@@ -328,22 +328,28 @@ fn store_conditional<M: MemAccess>(
     let addr = cpu.r(rs1);
     // Any SC ends the reservation. Without a matching one it fails without
     // touching memory (so a misaligned SC just fails, as under qemu-user).
-    let success = match cpu.reservation.take() {
-        Some(res) if res.addr == addr && res.size == size => {
-            // qemu-user implements SC as a compare-and-swap against the
-            // value LR saw; a plain store of the same value in between
-            // therefore does not break the reservation there either.
-            match mem.memory().load(addr, size) {
-                Ok(current) => current == res.value,
-                Err(f) => return fault(f),
-            }
-        }
-        _ => false,
+    let Some(res) = cpu
+        .reservation
+        .take()
+        .filter(|r| r.addr == addr && r.size == size)
+    else {
+        cpu.w(rd, 1);
+        return Flow::Next;
     };
-    if success {
-        if let Err(f) = mem.store(addr, size, cpu.r(rs2)) {
-            return fault(f);
-        }
+    // qemu-user implements a matching SC as a compare-and-swap against the
+    // value LR saw: a load, then a store of the new value on success or of
+    // the unchanged old one on failure. Doing the same keeps plugins'
+    // memory-access counts equal to QEMU's (a load and a store per matching
+    // SC), and a plain store of the same value in between does not break
+    // the reservation here either.
+    let current = match mem.load(addr, size, false) {
+        Ok(v) => truncate(v, size),
+        Err(f) => return fault(f),
+    };
+    let success = current == res.value;
+    let stored = if success { cpu.r(rs2) } else { current };
+    if let Err(f) = mem.store(addr, size, stored) {
+        return fault(f);
     }
     cpu.w(rd, u64::from(!success));
     Flow::Next

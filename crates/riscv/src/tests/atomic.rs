@@ -167,3 +167,76 @@ fn amo_on_read_only_memory_is_a_store_fault() {
         other => panic!("{other:?}"),
     }
 }
+
+/// Counts the accesses an instruction makes through `MemAccess`, which is
+/// what instrumentation (plugins' memory callbacks) sees.
+struct CountingMemory<'a> {
+    mem: &'a mut tcgkit_tcg_core::GuestMemory,
+    loads: u32,
+    stores: u32,
+}
+
+impl tcgkit_tcg_core::MemAccess for CountingMemory<'_> {
+    fn load(
+        &mut self,
+        addr: u64,
+        size: u8,
+        signed: bool,
+    ) -> Result<u64, tcgkit_tcg_core::MemFault> {
+        self.loads += 1;
+        tcgkit_tcg_core::MemAccess::load(self.mem, addr, size, signed)
+    }
+    fn store(&mut self, addr: u64, size: u8, value: u64) -> Result<(), tcgkit_tcg_core::MemFault> {
+        self.stores += 1;
+        tcgkit_tcg_core::MemAccess::store(self.mem, addr, size, value)
+    }
+    fn memory(&mut self) -> &mut tcgkit_tcg_core::GuestMemory {
+        self.mem
+    }
+}
+
+/// (loads, stores) seen through `MemAccess` by the last instruction of `code`.
+fn accesses_of_last(code: &[u32], regs: &[(u8, u64)]) -> (u32, u32) {
+    use tcgkit_tcg_core::Frontend;
+    let mut m = super::Machine::new(code);
+    for &(r, v) in regs {
+        m.cpu.set_x(r, v);
+    }
+    for _ in 1..code.len() {
+        m.step();
+    }
+    let pc = m.cpu.pc();
+    let rv = crate::Rv64::new();
+    let d = rv.decode(&mut m.mem, pc).unwrap();
+    let mut counting = CountingMemory {
+        mem: &mut m.mem,
+        loads: 0,
+        stores: 0,
+    };
+    crate::Rv64::execute(&mut m.cpu, &d.op, pc, &mut counting);
+    (counting.loads, counting.stores)
+}
+
+#[test]
+fn matching_sc_is_a_load_and_a_store_like_qemus_compare_and_swap() {
+    // Success: LR then SC at the same address.
+    let ok = accesses_of_last(
+        &[amo(LR, D, 0, A0, A1, 0), amo(SC, D, 0, A2, A1, A3)],
+        &[(A1, DATA), (A3, 9)],
+    );
+    assert_eq!(ok, (1, 1));
+    // Matching reservation but the value changed: still a load and a store
+    // (of the unchanged value), as qemu-user's cmpxchg expansion does.
+    let changed = accesses_of_last(
+        &[
+            amo(LR, D, 0, A0, A1, 0),
+            enc::store(3, A1, A3, 0), // sd a3, 0(a1): the value changes
+            amo(SC, D, 0, A2, A1, A3),
+        ],
+        &[(A1, DATA), (A3, 9)],
+    );
+    assert_eq!(changed, (1, 1));
+    // No matching reservation: no access at all.
+    let none = accesses_of_last(&[amo(SC, D, 0, A2, A1, A3)], &[(A1, DATA)]);
+    assert_eq!(none, (0, 0));
+}
