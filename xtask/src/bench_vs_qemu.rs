@@ -577,6 +577,9 @@ fn measure(side: &mut Side, mut cmd: Command, workload: &Workload, log: &Path) -
         .stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        // One fixed variable: counts must not depend on the caller's
+        // environment, nor on its order (qemu-user reverses it).
+        .env_clear()
         .env("LC_ALL", "C")
         .output()
         .with_context(|| format!("running {cmd:?}"))?;
