@@ -423,7 +423,6 @@ fn sqlite_runs_a_script_on_a_database_file() {
 }
 
 #[test]
-#[ignore = "linux-user has no writable MAP_SHARED file mappings yet (sqlite's -shm gets ENODEV)"]
 fn sqlite_runs_in_write_ahead_log_mode() {
     // WAL mode maps the `-shm` file shared and writable: it needs
     // mmap(MAP_SHARED, PROT_WRITE) of a file to work as under Linux.

@@ -162,6 +162,15 @@ fn syscalls() {
 }
 
 #[test]
+fn shared_file_mapping() {
+    // A writable MAP_SHARED file mapping, coherent with file I/O.
+    let file = std::env::temp_dir().join(format!("tcgkit-sharedmap-{}", std::process::id()));
+    let path = file.to_string_lossy().into_owned();
+    differential("shared_file_mapping", "sharedmap", &[&path], b"");
+    let _ = std::fs::remove_file(&file);
+}
+
+#[test]
 fn fileio_with_arguments_stdin_and_env() {
     let text =
         b"The quick brown fox\njumps over\tthe lazy dog\n\nA second paragraph, with punctuation!\n";

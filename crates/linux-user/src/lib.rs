@@ -36,9 +36,18 @@
 //! their default action.
 //!
 //! Limits (documented, not silent): one thread; no signals from outside the
-//! process (the host's SIGINT ends tcgkit itself); writable shared file
-//! mappings are refused with `ENODEV`; fcntl record locks are checked
-//! against other processes but not taken on the host.
+//! process (the host's SIGINT ends tcgkit itself); fcntl record locks are
+//! checked against other processes but not taken on the host.
+//!
+//! Writable shared file mappings (`MAP_SHARED` with `PROT_WRITE`, as
+//! sqlite's WAL mode uses for its `-shm` file) live in guest memory like any
+//! other page and are synced with the file at syscall boundaries: the
+//! guest's stores are written back before any syscall that can observe them
+//! (read and write families, fsync, msync, ftruncate, fcntl, close, munmap,
+//! mremap, mprotect) and at exit, and the mapping is reloaded after a write
+//! to its file. The guest itself therefore sees what Linux would show it;
+//! other host processes see its stores only at those sync points. Bytes
+//! past the end of the file read as zero (no SIGBUS) and never reach it.
 #![forbid(unsafe_code)]
 
 pub mod abi;
@@ -47,6 +56,7 @@ mod fd;
 mod loader;
 mod mm;
 mod process;
+mod shared;
 mod sigframe;
 mod signal;
 mod strace;

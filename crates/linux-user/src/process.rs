@@ -188,6 +188,13 @@ impl Process {
     /// would send (SIGSEGV, SIGBUS, SIGILL, SIGTRAP); nothing the guest does
     /// makes the host panic.
     pub fn run(&mut self) -> GuestExit {
+        let exit = self.run_until_exit();
+        // However the guest ended, its shared file mappings reach the file.
+        self.kernel.finish(&mut self.mem);
+        exit
+    }
+
+    fn run_until_exit(&mut self) -> GuestExit {
         loop {
             match self.engine.run(&mut self.cpu, &mut self.mem) {
                 CpuExit::Syscall => {

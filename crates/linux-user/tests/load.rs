@@ -148,6 +148,24 @@ fn exit_statuses_and_fatal_signals() {
 }
 
 #[test]
+fn shared_file_mapping_is_coherent_and_written_back_at_exit() {
+    // The guest checks coherence itself (its exit status names the first
+    // failed check) and leaves its last store in the mapping at exit.
+    let file = std::env::temp_dir().join(format!("tcgkit-sharedmap-{}", std::process::id()));
+    let args = [OsString::from("sharedmap"), file.clone().into_os_string()];
+    let mut process = Process::load(&fixture("sharedmap"), &args, &[]).expect("load");
+    assert_eq!(process.run(), GuestExit::Exited(0));
+    let data = std::fs::read(&file).expect("the guest's file");
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(data.len(), 3 * 4096);
+    // "via pwrite", then the store of 'V' written back by munmap.
+    assert_eq!(&data[..10], b"Via pwrite");
+    assert_eq!(&data[4096..4096 + 19], b"through the mapping");
+    assert_eq!(&data[4096 + 32..4096 + 50], b"stored before exit");
+    assert!(data[2 * 4096..].iter().all(|&b| b == 0), "regrown tail");
+}
+
+#[test]
 fn files_that_cannot_run_get_clear_errors() {
     let dir = std::env::temp_dir().join(format!("tcgkit-load-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");

@@ -18,6 +18,7 @@ use tcgkit_tcg_core::GuestMemory;
 use crate::abi::{errno, nr};
 use crate::fd::FdTable;
 use crate::mm::{AddressSpace, CodeChange};
+use crate::shared::SharedMaps;
 use crate::signal::Signal;
 
 /// Bytes of RV64's kernel `struct sigaction` (handler, flags, mask).
@@ -48,6 +49,8 @@ pub(crate) enum Disposition {
 pub(crate) struct Kernel {
     pub(crate) fds: FdTable,
     pub(crate) space: AddressSpace,
+    /// Writable shared file mappings, synced with their files at syscalls.
+    shared: SharedMaps,
     /// Absolute host path of the executable (what `/proc/self/exe` names).
     pub(crate) exe_path: PathBuf,
     /// Ranges whose translated code the engine must drop.
@@ -75,6 +78,7 @@ impl Kernel {
         Kernel {
             fds,
             space,
+            shared: SharedMaps::default(),
             exe_path,
             code_changes: Vec::new(),
             sigactions: vec![[0; SIGACTION_SIZE]; 65],
@@ -97,6 +101,10 @@ impl Kernel {
         args: [u64; 6],
     ) -> Outcome {
         let [a0, a1, a2, a3, a4, a5] = args;
+        let mut synced = Ok(());
+        if !self.shared.is_empty() && syncs_before(number, a2) {
+            synced = self.shared.write_back(mem);
+        }
         let result = match number {
             nr::EXIT | nr::EXIT_GROUP => return Outcome::Exit(a0 as i32),
             nr::KILL | nr::TKILL | nr::TGKILL => {
@@ -167,15 +175,12 @@ impl Kernel {
             )),
             nr::BRK => Ok(self.space.brk(mem, a0)),
             nr::MMAP => self.mmap(mem, a0, a1, a2, a3, a4, a5),
-            nr::MUNMAP => self.space.munmap(mem, a0, a1).map(|c| self.note(c, 0)),
+            nr::MUNMAP => self.munmap(mem, a0, a1),
             nr::MPROTECT => self
                 .space
                 .mprotect(mem, a0, a1, a2)
                 .map(|c| self.note(c, 0)),
-            nr::MREMAP => self
-                .space
-                .mremap(mem, a0, a1, a2, a3, a4)
-                .map(|(addr, c)| self.note(c, addr)),
+            nr::MREMAP => self.mremap(mem, a0, a1, a2, a3, a4),
             nr::MADVISE => self.madvise(mem, a0, a1, a2),
             nr::MSYNC => {
                 if a0 % tcgkit_tcg_core::PAGE_SIZE != 0 {
@@ -183,7 +188,8 @@ impl Kernel {
                 } else if !mem.is_range_mapped(a0, a1) {
                     Err(errno::ENOMEM)
                 } else {
-                    Ok(0)
+                    // The write-back already happened (msync is a sync point).
+                    synced.map(|()| 0)
                 }
             }
             nr::UNAME => system::uname(mem, a0),
@@ -232,6 +238,16 @@ impl Kernel {
                 Err(errno::ENOSYS)
             }
         };
+        if let Ok(value) = result
+            && !self.shared.is_empty()
+            && reloads_after(number, a2)
+        {
+            // open(O_TRUNC) changed the file behind the descriptor it returns.
+            let fd = if number == nr::OPENAT { value } else { a0 };
+            if let Ok(host) = self.fds.get(fd) {
+                self.shared.reload(mem, host, &mut self.code_changes);
+            }
+        }
         if result == Err(errno::EPIPE)
             && matches!(number, nr::WRITE | nr::WRITEV | nr::PWRITE64 | nr::PWRITEV)
         {
@@ -243,6 +259,65 @@ impl Kernel {
             Ok(value) => value,
             Err(e) => (-i64::from(e)) as u64,
         })
+    }
+
+    /// Writes back every shared mapping before the process ends (exit,
+    /// fatal signal), so the file holds the guest's last stores.
+    pub(crate) fn finish(&mut self, mem: &mut GuestMemory) {
+        if !self.shared.is_empty() {
+            let _ = self.shared.write_back(mem);
+        }
+    }
+
+    /// `munmap`: the range was written back (a sync point) and is no longer
+    /// tracked once it is gone.
+    fn munmap(&mut self, mem: &mut GuestMemory, addr: u64, len: u64) -> Result<u64, i32> {
+        let change = self.space.munmap(mem, addr, len)?;
+        if !self.shared.is_empty() {
+            self.shared
+                .forget(addr, crate::mm::page_up(len).unwrap_or(u64::MAX));
+        }
+        Ok(self.note(change, 0))
+    }
+
+    /// `mremap`: a shared mapping that moves or grows keeps showing its file
+    /// (the grown part is loaded from it); the moved-from range is forgotten.
+    fn mremap(
+        &mut self,
+        mem: &mut GuestMemory,
+        old: u64,
+        old_len: u64,
+        new_len: u64,
+        flags: u64,
+        new_addr: u64,
+    ) -> Result<u64, i32> {
+        let old_pages = crate::mm::page_up(old_len).ok_or(errno::EINVAL)?;
+        let source = self
+            .shared
+            .lookup(old, old_pages.max(1))
+            .and_then(|(file, offset)| crate::fd::dup_host(file).map(|f| (f, offset)));
+        let (addr, change) = self
+            .space
+            .mremap(mem, old, old_len, new_len, flags, new_addr)?;
+        if !self.shared.is_empty() {
+            self.shared.forget(old, old_pages);
+            let new_pages = crate::mm::page_up(new_len).unwrap_or(u64::MAX);
+            self.shared.forget(addr, new_pages);
+            if let Some((file, offset)) = source {
+                use rustix::fd::AsFd as _;
+                // Without the handle the pages keep their bytes but stop
+                // reaching the file (only if the host runs out of fds).
+                if self
+                    .shared
+                    .add(mem, addr, new_pages, file.as_fd(), offset)
+                    .is_ok()
+                {
+                    self.shared
+                        .reload(mem, file.as_fd(), &mut self.code_changes);
+                }
+            }
+        }
+        Ok(self.note(change, addr))
     }
 
     /// Records the code ranges a memory syscall touched; returns `value`.
@@ -528,18 +603,41 @@ impl Kernel {
         if prot & !7 != 0 || offset % tcgkit_tcg_core::PAGE_SIZE != 0 {
             return Err(errno::EINVAL);
         }
+        let mut tracked = false;
         let contents = if flags & MAP_ANONYMOUS != 0 {
             Vec::new()
         } else {
             let host = self.fds.get(fd)?;
+            let mode = rustix::fs::fcntl_getfl(host).map_err(host_errno)?;
+            let access = mode & rustix::fs::OFlags::RWMODE;
+            if access == rustix::fs::OFlags::WRONLY {
+                return Err(errno::EACCES);
+            }
             if kind != MAP_PRIVATE && prot & PROT_WRITE != 0 {
-                // A writable shared file mapping would need write-back to the
-                // file; not supported (programs usually fall back to I/O).
-                return Err(errno::ENODEV);
+                // Stores must reach the file: it has to be open for writing.
+                if access != rustix::fs::OFlags::RDWR {
+                    return Err(errno::EACCES);
+                }
+                tracked = true;
             }
             file::read_for_mmap(host, offset, len)?
         };
+        if !self.shared.is_empty() && flags & MAP_FIXED != 0 {
+            // The new mapping replaces whatever shared pages were there.
+            let _ = self.shared.write_back(mem);
+            self.shared
+                .forget(addr, crate::mm::page_up(len).unwrap_or(u64::MAX));
+        }
         let (addr, change) = self.space.mmap(mem, addr, len, prot, flags, &contents)?;
+        if tracked {
+            let host = self.fds.get(fd)?;
+            let pages = crate::mm::page_up(len).ok_or(errno::ENOMEM)?;
+            if let Err(e) = self.shared.add(mem, addr, pages, host, offset) {
+                // Untracked stores would be lost: undo the mapping.
+                let _ = self.space.munmap(mem, addr, pages);
+                return Err(e);
+            }
+        }
         Ok(self.note(change, addr))
     }
 
@@ -555,6 +653,11 @@ impl Kernel {
             return Err(errno::EINVAL);
         }
         if advice == MADV_DONTNEED && len > 0 {
+            // Shared file pages already equal the file (written back before
+            // this call), which is what Linux re-reads them from.
+            if !self.shared.is_empty() {
+                let _ = self.shared.write_back(mem);
+            }
             // Private anonymous pages read back as zero after DONTNEED.
             let len = crate::mm::page_up(len).ok_or(errno::EINVAL)?;
             if !mem.is_range_mapped(addr, len) {
@@ -563,14 +666,65 @@ impl Kernel {
             let mut page = addr;
             while page < addr + len {
                 let perms = mem.perms(page).ok_or(errno::ENOMEM)?;
-                mem.map(page, tcgkit_tcg_core::PAGE_SIZE, perms)
-                    .map_err(|_| errno::ENOMEM)?;
+                if !self.shared.contains(page) {
+                    mem.map(page, tcgkit_tcg_core::PAGE_SIZE, perms)
+                        .map_err(|_| errno::ENOMEM)?;
+                }
                 page += tcgkit_tcg_core::PAGE_SIZE;
             }
         }
         Ok(0)
     }
 }
+
+/// Whether syscall `number` (with third argument `a2`) may observe or
+/// change a shared mapping's file or the mapping itself, so the guest's
+/// stores must reach the file first.
+fn syncs_before(number: u64, a2: u64) -> bool {
+    matches!(
+        number,
+        nr::READ
+            | nr::READV
+            | nr::PREAD64
+            | nr::PREADV
+            | nr::WRITE
+            | nr::WRITEV
+            | nr::PWRITE64
+            | nr::PWRITEV
+            | nr::FSYNC
+            | nr::FDATASYNC
+            | nr::SYNC_FILE_RANGE
+            | nr::SYNC
+            | nr::MSYNC
+            | nr::FTRUNCATE
+            | nr::FALLOCATE
+            | nr::FCNTL
+            | nr::CLOSE
+            | nr::MUNMAP
+            | nr::MREMAP
+            | nr::MPROTECT
+    ) || number == nr::OPENAT && a2 & O_TRUNC != 0
+}
+
+/// Whether syscall `number` may have changed the contents of the file behind
+/// its descriptor (its first argument, or the result of `open`), so mappings
+/// of that file must be reloaded. A lock request (fcntl) is where another
+/// process's changes become due.
+fn reloads_after(number: u64, a2: u64) -> bool {
+    matches!(
+        number,
+        nr::WRITE
+            | nr::WRITEV
+            | nr::PWRITE64
+            | nr::PWRITEV
+            | nr::FTRUNCATE
+            | nr::FALLOCATE
+            | nr::FCNTL
+    ) || number == nr::OPENAT && a2 & O_TRUNC != 0
+}
+
+/// `O_TRUNC` (asm-generic numbering, shared by RV64 and the usual hosts).
+const O_TRUNC: u64 = 0o1000;
 
 /// Maps a host error to the guest errno (the numbering is shared).
 pub(crate) fn host_errno(e: rustix::io::Errno) -> i32 {
