@@ -11,7 +11,7 @@ use std::fmt;
 use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use tcgkit_tcg_core::{Engine, FlushHandle, Frontend, Instrumentation, Scoreboard, TbPlan, TbView};
 
@@ -221,12 +221,19 @@ struct TransEntry {
     cb: TransCb,
 }
 
+/// Every live tb_trans callback, and the symbols their views report.
+#[derive(Default)]
+struct TransSnapshot {
+    entries: Vec<TransEntry>,
+    symbols: Arc<SymbolTable>,
+}
+
 #[derive(Default)]
 struct State {
     plugins: Vec<Entry>,
-    /// Snapshot of every live tb_trans callback, rebuilt on change so a
-    /// translation takes the lock only to clone one `Arc`.
-    trans: Arc<[TransEntry]>,
+    /// What a translation needs, rebuilt on change so a translation takes
+    /// the lock only to clone one `Arc`.
+    trans: Arc<TransSnapshot>,
     flushers: Vec<FlushHandle>,
     online: BTreeSet<u32>,
     failures: Vec<String>,
@@ -243,7 +250,12 @@ impl State {
     }
 
     fn rebuild_trans(&mut self) {
-        self.trans = self
+        let symbols = Arc::clone(&self.trans.symbols);
+        self.set_trans(symbols);
+    }
+
+    fn set_trans(&mut self, symbols: Arc<SymbolTable>) {
+        let entries = self
             .plugins
             .iter()
             .flat_map(|e| {
@@ -258,6 +270,7 @@ impl State {
                 })
             })
             .collect();
+        self.trans = Arc::new(TransSnapshot { entries, symbols });
     }
 
     fn guarded<T: Clone>(&self, pick: impl Fn(&Registrations) -> &Vec<T>) -> Vec<(Guard, T)> {
@@ -280,7 +293,6 @@ pub(crate) struct Inner {
     guest: Arc<GuestInfo>,
     state: Mutex<State>,
     out: Mutex<Box<dyn Write + Send>>,
-    symbols: RwLock<Arc<SymbolTable>>,
 }
 
 impl Inner {
@@ -404,13 +416,11 @@ impl Inner {
 
 impl Instrumentation for Inner {
     fn translate(&self, tb: &TbView<'_>, plan: &mut TbPlan) {
+        // One lock and one `Arc` per translated block: plugin code runs
+        // after the lock is released (it may register more callbacks).
         let trans = Arc::clone(&self.state().trans);
-        if trans.is_empty() {
-            return;
-        }
-        let symbols = Arc::clone(&self.symbols.read().unwrap_or_else(PoisonError::into_inner));
-        for entry in trans.iter() {
-            let mut view = TbTrans::new(tb, plan, &entry.guard, &symbols);
+        for entry in &trans.entries {
+            let mut view = TbTrans::new(tb, plan, &entry.guard, &trans.symbols);
             entry.guard.call("tb_trans", || (entry.cb)(&mut view));
         }
     }
@@ -660,7 +670,6 @@ impl PluginHost {
                 guest: Arc::new(guest),
                 state: Mutex::new(State::default()),
                 out: Mutex::new(out),
-                symbols: RwLock::new(Arc::new(SymbolTable::default())),
             }),
         }
     }
@@ -684,11 +693,7 @@ impl PluginHost {
 
     /// Sets the symbols `tb_trans` views report for instruction addresses.
     pub fn set_symbols(&self, symbols: SymbolTable) {
-        *self
-            .inner
-            .symbols
-            .write()
-            .unwrap_or_else(PoisonError::into_inner) = Arc::new(symbols);
+        self.inner.state().set_trans(Arc::new(symbols));
     }
 
     /// Parses `spec`, builds the plugin from `registry` and installs it.

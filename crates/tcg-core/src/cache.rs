@@ -12,8 +12,8 @@ use std::sync::Arc;
 use hashbrown::HashMap;
 
 use crate::instrument::{
-    Action, Compare, InlineKind, InsnCallback, MemAction, MemCallback, MemFilter, Scoreboard,
-    TbPlan,
+    Action, Compare, InlineKind, InlineOp, InsnCallback, MemAction, MemCallback, MemFilter,
+    Scoreboard, TbPlan,
 };
 
 /// Marks "no entry" in `u32` links.
@@ -49,10 +49,14 @@ pub(crate) struct TbHeader {
     pub(crate) ops_start: u32,
     /// One past the last op: `ops_start..ops_end` is the block's op range.
     pub(crate) ops_end: u32,
-    /// The block's instrumented step stream in `Generation::steps`;
-    /// `steps_start == NONE` for an uninstrumented block.
-    pub(crate) steps_start: u32,
-    pub(crate) steps_len: u32,
+    /// How the loop runs the block; says what `instr_start..+instr_len`
+    /// indexes.
+    pub(crate) mode: ExecMode,
+    /// For [`ExecMode::Steps`]: the block's hooks in `Generation::hooks`
+    /// (the block-entry hook, then one per instruction); for
+    /// [`ExecMode::Tally`]: the block's tallies in `Generation::tallies`.
+    pub(crate) instr_start: u32,
+    pub(crate) instr_len: u32,
     /// Set by range invalidation; the block is unreachable afterwards.
     pub(crate) dead: bool,
 }
@@ -64,14 +68,54 @@ impl TbHeader {
     }
 }
 
-/// One step of an instrumented block: the guest instructions interleaved
-/// with what runs before each of them (the block-entry actions come first).
-/// Callbacks and scoreboards are referenced by index into the generation's
-/// tables, so steps are `Copy` and freed wholesale with the generation.
+/// How an instrumented (or plain) block is executed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ExecMode {
+    /// No instrumentation: the plain loop.
+    Plain,
+    /// Only inline *adds* before instructions and on block entry, no
+    /// callback and no memory action anywhere in the block: the plain loop,
+    /// then each touched scoreboard entry gets the sum of the adds of the
+    /// instructions that ran (one add per entry per block instead of one per
+    /// instruction). Exact: adds commute, and nothing on this vCPU can look
+    /// at the scoreboard between two instructions of such a block.
+    Tally,
+    /// The general case: the instrumented loop, running each instruction's
+    /// [`InsnHook`] before it.
+    Steps,
+}
+
+/// The adds a [`ExecMode::Tally`] block makes to one scoreboard entry:
+/// `prefix[i]` in `Generation::tally_sums` is the sum of the block-entry adds
+/// and the adds of instructions `0..=i`.
 #[derive(Clone, Copy, Debug)]
-pub(crate) enum Step<Op> {
-    /// Execute a guest instruction.
-    Insn { op: Op, len: u8 },
+pub(crate) struct Tally {
+    pub(crate) board: u32,
+    pub(crate) slot: u32,
+    /// Start of the block's per-instruction prefix sums in `tally_sums`.
+    pub(crate) sums_start: u32,
+}
+
+/// What runs before one instruction of an instrumented block (or, for the
+/// first hook of a block, on block entry): a range of `Generation::actions`
+/// and a range of `Generation::mem_actions`. The instrumented loop walks
+/// the block's ops as the plain loop does, with these hooks alongside, so an
+/// instruction with nothing attached costs two tests of zero.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct InsnHook {
+    pub(crate) actions_start: u32,
+    pub(crate) mem_start: u32,
+    pub(crate) actions_len: u16,
+    pub(crate) mem_len: u16,
+    /// Some memory action is a callback (which may request a flush or exit).
+    pub(crate) mem_calls: bool,
+}
+
+/// A compiled [`Action`]. Callbacks and scoreboards are referenced by index
+/// into the generation's tables, so actions are `Copy` and freed wholesale
+/// with the generation.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum CompiledAction {
     /// Call an instruction (or block-entry) callback.
     Call { cb: u32 },
     /// Update a scoreboard entry.
@@ -88,8 +132,6 @@ pub(crate) enum Step<Op> {
         compare: Compare,
         value: u64,
     },
-    /// The next instruction's memory actions; `calls` if any is a callback.
-    Mem { start: u32, len: u32, calls: bool },
 }
 
 /// Compiled memory action.
@@ -128,7 +170,10 @@ pub(crate) struct Generation<Op> {
     /// Guest page number -> head of its `PageLink` list.
     page_heads: HashMap<u64, u32>,
     page_links: Vec<PageLink>,
-    pub(crate) steps: Vec<Step<Op>>,
+    pub(crate) hooks: Vec<InsnHook>,
+    pub(crate) actions: Vec<CompiledAction>,
+    pub(crate) tallies: Vec<Tally>,
+    pub(crate) tally_sums: Vec<u64>,
     pub(crate) mem_actions: Vec<CompiledMem>,
     // The only non-`Copy` contents: dropped with the generation, i.e. only
     // once no vCPU can be executing one of its blocks.
@@ -150,6 +195,15 @@ fn idx(len: usize) -> u32 {
     u32::try_from(len).unwrap_or(NONE)
 }
 
+/// Most actions (and, separately, memory actions) kept per instruction:
+/// hooks count them in 16 bits to stay 16 bytes. Further ones are ignored
+/// (documented on [`crate::InsnPlan`]).
+const MAX_HOOK_ACTIONS: usize = u16::MAX as usize;
+
+fn len16(len: usize) -> u16 {
+    u16::try_from(len.min(MAX_HOOK_ACTIONS)).unwrap_or(u16::MAX)
+}
+
 impl<Op: Copy> Generation<Op> {
     /// An empty generation; allocates nothing, so retiring and replacing the
     /// current generation is O(1).
@@ -162,7 +216,10 @@ impl<Op: Copy> Generation<Op> {
             index: HashMap::new(),
             page_heads: HashMap::new(),
             page_links: Vec::new(),
-            steps: Vec::new(),
+            hooks: Vec::new(),
+            actions: Vec::new(),
+            tallies: Vec::new(),
+            tally_sums: Vec::new(),
             mem_actions: Vec::new(),
             callbacks: Vec::new(),
             mem_callbacks: Vec::new(),
@@ -172,6 +229,30 @@ impl<Op: Copy> Generation<Op> {
             board_ids: HashMap::new(),
             dead_tbs: 0,
         }
+    }
+
+    /// Empties the generation but keeps its allocations, for reuse as a
+    /// later generation. Drops its callbacks and scoreboards: call only once
+    /// no vCPU can be executing one of its blocks.
+    pub(crate) fn recycle(&mut self) {
+        self.tbs.clear();
+        self.ops.clear();
+        self.raws.clear();
+        self.index.clear();
+        self.page_heads.clear();
+        self.page_links.clear();
+        self.hooks.clear();
+        self.actions.clear();
+        self.tallies.clear();
+        self.tally_sums.clear();
+        self.mem_actions.clear();
+        self.callbacks.clear();
+        self.mem_callbacks.clear();
+        self.boards.clear();
+        self.callback_ids.clear();
+        self.mem_callback_ids.clear();
+        self.board_ids.clear();
+        self.dead_tbs = 0;
     }
 
     #[inline]
@@ -226,7 +307,10 @@ impl<Op: Copy> Generation<Op> {
             + table(self.index.capacity(), size_of::<((u64, u32), u32)>())
             + table(self.page_heads.capacity(), size_of::<(u64, u32)>())
             + self.page_links.capacity() * size_of::<PageLink>()
-            + self.steps.capacity() * size_of::<Step<Op>>()
+            + self.hooks.capacity() * size_of::<InsnHook>()
+            + self.actions.capacity() * size_of::<CompiledAction>()
+            + self.tallies.capacity() * size_of::<Tally>()
+            + self.tally_sums.capacity() * 8
             + self.mem_actions.capacity() * size_of::<CompiledMem>()
             + (self.callbacks.capacity() + self.mem_callbacks.capacity() + self.boards.capacity())
                 * 16
@@ -246,9 +330,16 @@ impl<Op: Copy> Generation<Op> {
         let ops_start = idx(self.ops.len());
         self.ops.extend_from_slice(ops);
         self.raws.extend_from_slice(raws);
-        let (steps_start, steps_len) = match plan {
-            Some(plan) => self.compile(plan, ops),
-            None => (NONE, 0),
+        let (mode, instr_start, instr_len) = match plan {
+            Some(plan) if tally_only(plan) => {
+                let (start, len) = self.compile_tally(plan, ops.len());
+                (ExecMode::Tally, start, len)
+            }
+            Some(plan) => {
+                let (start, len) = self.compile(plan, ops.len());
+                (ExecMode::Steps, start, len)
+            }
+            None => (ExecMode::Plain, NONE, 0),
         };
         self.tbs.push(TbHeader {
             pc,
@@ -256,8 +347,9 @@ impl<Op: Copy> Generation<Op> {
             size,
             ops_start,
             ops_end: idx(self.ops.len()),
-            steps_start,
-            steps_len,
+            mode,
+            instr_start,
+            instr_len,
             dead: false,
             chain_pc: [u64::MAX; 2],
             chain_tb: [NONE; 2],
@@ -315,17 +407,17 @@ impl<Op: Copy> Generation<Op> {
         i
     }
 
-    fn compile_action(&mut self, action: &Action) -> Step<Op> {
+    fn compile_action(&mut self, action: &Action) -> CompiledAction {
         match action {
-            Action::Callback(cb) => Step::Call {
+            Action::Callback(cb) => CompiledAction::Call {
                 cb: self.callback_index(cb),
             },
-            Action::Inline(op) => Step::Inline {
+            Action::Inline(op) => CompiledAction::Inline {
                 board: self.board_index(&op.board),
                 slot: idx(op.slot),
                 kind: op.kind,
             },
-            Action::Conditional(cond, cb) => Step::Conditional {
+            Action::Conditional(cond, cb) => CompiledAction::Conditional {
                 cb: self.callback_index(cb),
                 board: self.board_index(&cond.board),
                 slot: idx(cond.slot),
@@ -335,53 +427,142 @@ impl<Op: Copy> Generation<Op> {
         }
     }
 
-    /// Compiles a plan and the block's ops into a step stream; returns its
-    /// (start, len) in `steps`.
-    fn compile(&mut self, plan: &TbPlan, ops: &[TbOp<Op>]) -> (u32, u32) {
-        let start = self.steps.len();
-        for action in &plan.entry {
-            let step = self.compile_action(action);
-            self.steps.push(step);
-        }
-        for (insn, op) in plan.insns.iter().zip(ops) {
-            for action in &insn.exec {
-                let step = self.compile_action(action);
-                self.steps.push(step);
-            }
-            if !insn.mem.is_empty() {
-                let mem_start = idx(self.mem_actions.len());
-                for (filter, action) in &insn.mem {
-                    let kind = match action {
-                        MemAction::Callback(cb) => CompiledMemKind::Call {
-                            cb: self.mem_callback_index(cb),
-                        },
-                        MemAction::Inline(op) => CompiledMemKind::Inline {
-                            board: self.board_index(&op.board),
-                            slot: idx(op.slot),
-                            kind: op.kind,
-                        },
-                    };
-                    self.mem_actions.push(CompiledMem {
-                        filter: *filter,
-                        kind,
+    /// Compiles a plan of inline adds only (see [`tally_only`]) into one
+    /// [`Tally`] per scoreboard entry it touches; returns their (start, len)
+    /// in `tallies`.
+    fn compile_tally(&mut self, plan: &TbPlan, insns: usize) -> (u32, u32) {
+        let start = self.tallies.len();
+        // Plans hardly ever touch more than a couple of entries: a linear
+        // search over this block's tallies beats hashing.
+        let add = |this: &mut Self, action: &Action, from: usize| {
+            let Action::Inline(op) = action else {
+                return;
+            };
+            let InlineKind::Add(imm) = op.kind else {
+                return;
+            };
+            let board = this.board_index(&op.board);
+            let slot = idx(op.slot);
+            let existing = this
+                .tallies
+                .get(start..)
+                .unwrap_or_default()
+                .iter()
+                .find(|t| t.board == board && t.slot == slot)
+                .map(|t| t.sums_start as usize);
+            let sums_start = match existing {
+                Some(s) => s,
+                None => {
+                    let s = this.tally_sums.len();
+                    this.tally_sums.resize(s + insns, 0);
+                    this.tallies.push(Tally {
+                        board,
+                        slot,
+                        sums_start: idx(s),
                     });
+                    s
                 }
-                let calls = insn
-                    .mem
-                    .iter()
-                    .any(|(_, a)| matches!(a, MemAction::Callback(_)));
-                self.steps.push(Step::Mem {
-                    start: mem_start,
-                    len: idx(insn.mem.len()),
-                    calls,
+            };
+            // Not yet prefix sums: per-instruction adds, summed up below.
+            if let Some(cell) = this.tally_sums.get_mut(sums_start + from) {
+                *cell = cell.wrapping_add(imm);
+            }
+        };
+        // Entry adds count as made before instruction 0.
+        for action in &plan.entry {
+            add(self, action, 0);
+        }
+        for (i, insn) in plan.insns.iter().enumerate().take(insns) {
+            for action in &insn.exec {
+                add(self, action, i);
+            }
+        }
+        for t in self.tallies.get(start..).unwrap_or_default() {
+            let from = t.sums_start as usize;
+            if let Some(sums) = self.tally_sums.get_mut(from..from + insns) {
+                let mut acc = 0u64;
+                for s in sums {
+                    acc = acc.wrapping_add(*s);
+                    *s = acc;
+                }
+            }
+        }
+        (idx(start), idx(self.tallies.len() - start))
+    }
+
+    /// Applies the adds of tally block `tb` for its first `executed`
+    /// instructions (those dispatched, including one that exited) to
+    /// `vcpu`'s scoreboard rows.
+    // Out of line: one call per block keeps the plain loop it follows small.
+    #[inline(never)]
+    pub(crate) fn apply_tallies(&self, tb: &TbHeader, vcpu: u32, executed: u32) {
+        let start = tb.instr_start as usize;
+        let tallies = self
+            .tallies
+            .get(start..start + tb.instr_len as usize)
+            .unwrap_or_default();
+        let Some(last) = (executed as usize).checked_sub(1) else {
+            return;
+        };
+        for t in tallies {
+            let sum = self
+                .tally_sums
+                .get(t.sums_start as usize + last)
+                .copied()
+                .unwrap_or(0);
+            if let Some(b) = self.boards.get(t.board as usize) {
+                b.apply(vcpu, t.slot as usize, InlineKind::Add(sum));
+            }
+        }
+    }
+
+    /// Compiles a plan into hooks: the block-entry hook, then one per
+    /// instruction; returns their (start, len) in `hooks`.
+    fn compile(&mut self, plan: &TbPlan, insns: usize) -> (u32, u32) {
+        let start = self.hooks.len();
+        self.hooks.reserve(insns + 1);
+        let entry = self.compile_actions(&plan.entry);
+        self.hooks.push(entry);
+        for insn in plan.insns.iter().take(insns) {
+            let mut hook = self.compile_actions(&insn.exec);
+            hook.mem_start = idx(self.mem_actions.len());
+            for (filter, action) in insn.mem.iter().take(MAX_HOOK_ACTIONS) {
+                let kind = match action {
+                    MemAction::Callback(cb) => {
+                        hook.mem_calls = true;
+                        CompiledMemKind::Call {
+                            cb: self.mem_callback_index(cb),
+                        }
+                    }
+                    MemAction::Inline(op) => CompiledMemKind::Inline {
+                        board: self.board_index(&op.board),
+                        slot: idx(op.slot),
+                        kind: op.kind,
+                    },
+                };
+                self.mem_actions.push(CompiledMem {
+                    filter: *filter,
+                    kind,
                 });
             }
-            self.steps.push(Step::Insn {
-                op: op.op,
-                len: op.len,
-            });
+            hook.mem_len = len16(insn.mem.len());
+            self.hooks.push(hook);
         }
-        (idx(start), idx(self.steps.len() - start))
+        (idx(start), idx(self.hooks.len() - start))
+    }
+
+    /// Compiles `actions` into `self.actions`; the hook names their range.
+    fn compile_actions(&mut self, actions: &[Action]) -> InsnHook {
+        let actions_start = idx(self.actions.len());
+        for action in actions.iter().take(MAX_HOOK_ACTIONS) {
+            let compiled = self.compile_action(action);
+            self.actions.push(compiled);
+        }
+        InsnHook {
+            actions_start,
+            actions_len: len16(actions.len()),
+            ..InsnHook::default()
+        }
     }
 
     /// Makes block `id` unreachable (its storage stays until the generation
@@ -451,4 +632,24 @@ impl<Op: Copy> Generation<Op> {
         }
         self.dead_tbs - before
     }
+}
+
+/// True if `plan` holds only inline adds before instructions or on block
+/// entry: no callback, no conditional, no store, no memory action. Such a
+/// block can run as [`ExecMode::Tally`].
+fn tally_only(plan: &TbPlan) -> bool {
+    let add_only = |a: &Action| {
+        matches!(
+            a,
+            Action::Inline(InlineOp {
+                kind: InlineKind::Add(_),
+                ..
+            })
+        )
+    };
+    plan.entry.iter().all(add_only)
+        && plan
+            .insns
+            .iter()
+            .all(|i| i.mem.is_empty() && i.exec.iter().all(add_only))
 }

@@ -7,7 +7,9 @@
 //! one in a retirement queue. Each vCPU owns an epoch slot in which it
 //! announces, at every quiescent point (between two blocks, where it holds no
 //! reference into any generation), the generation it is now using. A parked
-//! generation is dropped once every registered vCPU announced a newer one.
+//! generation is dropped once every registered vCPU announced a newer one
+//! (its callbacks are released then; one emptied generation keeps its
+//! allocations to host the next one).
 //! Jump-cache entries carry their generation id, so a flush needs no walk
 //! over per-vCPU state either.
 //!
@@ -24,7 +26,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use crate::cache::{CompiledMemKind, Generation, NONE, Step, TbHeader, TbOp};
+use crate::cache::{
+    CompiledAction, CompiledMemKind, ExecMode, Generation, InsnHook, NONE, TbHeader, TbOp,
+};
 use crate::frontend::{CpuExit, DecodeError, Flow, Frontend, MemAccess, sign_extend};
 use crate::instrument::{
     CallbackContext, InsnCallback, InsnInfo, Instrumentation, MemAccessInfo, MemCallback, Requests,
@@ -38,6 +42,9 @@ const MAX_BLOCK_INSNS: usize = 512;
 const JUMP_CACHE_ENTRIES: usize = 4096;
 /// Default cap on blocks per generation before an automatic flush.
 const DEFAULT_MAX_TBS: usize = 1 << 22;
+/// Largest retired generation kept (emptied) for reuse; a bigger one is
+/// freed, so one burst of translation does not pin its memory forever.
+const MAX_SPARE_BYTES: usize = 64 << 20;
 /// Epoch of a vCPU that holds no reference into any generation.
 const OFFLINE: u64 = u64::MAX;
 
@@ -261,6 +268,10 @@ pub struct Engine<F: Frontend> {
     id: u64,
     current: Generation<F::Op>,
     retired: VecDeque<Generation<F::Op>>,
+    /// A reclaimed generation, emptied but keeping its allocations: the
+    /// next flush starts from it, so re-translating after a reset reuses
+    /// warm memory instead of growing (and page-faulting) fresh vectors.
+    spare: Option<Generation<F::Op>>,
     next_generation: u64,
     epochs: Vec<Arc<AtomicU64>>,
     next_vcpu: u32,
@@ -296,6 +307,7 @@ impl<F: Frontend> Engine<F> {
             current: Generation::new(0),
             // Room for a few parked generations, so a flush does not allocate.
             retired: VecDeque::with_capacity(4),
+            spare: None,
             next_generation: 1,
             epochs: Vec::new(),
             next_vcpu: 0,
@@ -374,8 +386,10 @@ impl<F: Frontend> Engine<F> {
     }
 
     /// Flushes every translation: retires the current generation in O(1)
-    /// whatever its size. Its memory is freed once every vCPU passed a
-    /// quiescent point. The instrumentation is told through
+    /// whatever its size. Once every vCPU passed a quiescent point its
+    /// callbacks are dropped and its memory is freed (or, emptied, kept to
+    /// host a later generation, so the re-translation after a flush does not
+    /// start from empty vectors). The instrumentation is told through
     /// [`Instrumentation::flushed`].
     pub fn flush(&mut self) {
         self.retire_current();
@@ -403,7 +417,13 @@ impl<F: Frontend> Engine<F> {
     }
 
     fn retire_current(&mut self) {
-        let fresh = Generation::new(self.next_generation);
+        let fresh = match self.spare.take() {
+            Some(mut g) => {
+                g.id = self.next_generation;
+                g
+            }
+            None => Generation::new(self.next_generation),
+        };
         self.next_generation += 1;
         let old = std::mem::replace(&mut self.current, fresh);
         self.stats.flushes += 1;
@@ -434,7 +454,14 @@ impl<F: Frontend> Engine<F> {
             .min()
             .unwrap_or(OFFLINE);
         while self.retired.front().is_some_and(|g| g.id < oldest_in_use) {
-            self.retired.pop_front();
+            if let Some(mut g) = self.retired.pop_front() {
+                // No vCPU can be inside it any more: its callbacks are
+                // dropped here; the first one keeps its capacity as the spare.
+                if self.spare.is_none() && g.bytes() <= MAX_SPARE_BYTES {
+                    g.recycle();
+                    self.spare = Some(g);
+                }
+            }
         }
     }
 
@@ -504,6 +531,8 @@ impl<F: Frontend> Engine<F> {
 
     /// Runs `vcpu` (a context from [`Engine::new_vcpu`]) on `cpu`; see
     /// [`Engine::run`].
+    // Kept out of `run`: inlined there, the hot loop was measurably slower.
+    #[inline(never)]
     pub fn run_vcpu(
         &mut self,
         vcpu: &mut Vcpu,
@@ -569,10 +598,14 @@ impl<F: Frontend> Engine<F> {
             let current = &self.current;
             prev = tb_id;
             blocks += 1;
-            // Two copies of the block epilogue: the plain one has no
-            // callback requests to look at.
-            if tb.steps_start == NONE {
+            // Two copies of the block epilogue: the plain one (also used by
+            // blocks whose only instrumentation is inline adds, applied
+            // once per block) has no callback requests to look at.
+            if tb.mode != ExecMode::Steps {
                 let end = Self::exec_plain(current, tb, cpu, mem);
+                if tb.mode == ExecMode::Tally {
+                    current.apply_tallies(tb, vcpu.index, end.executed);
+                }
                 insns += u64::from(end.executed);
                 pc = end.next_pc;
                 match end.exit {
@@ -748,6 +781,9 @@ impl<F: Frontend> Engine<F> {
         let id = self
             .current
             .insert(pc, flags, size, &self.scratch_ops, &self.scratch_raws, plan);
+        // The plan's callback handles now live in the generation; holding
+        // them here too would keep an uninstalled plugin's closures alive.
+        self.scratch_plan.reset(0);
         self.stats.tbs_translated += 1;
         if let Some(events) = &mut self.events {
             events.block_translated(pc, count(self.scratch_ops.len()), size);
@@ -817,9 +853,13 @@ impl<F: Frontend> Engine<F> {
         }
     }
 
-    /// The instrumented loop: walks the block's step stream, running each
-    /// instruction's actions before it and its memory actions during it, and
-    /// stops after an instruction whose callbacks requested a flush or exit.
+    /// The instrumented loop: the plain loop's walk over the block's ops,
+    /// with each instruction's hook alongside: its actions run before it and
+    /// its memory actions during it. Stops after an instruction whose
+    /// callbacks requested a flush or exit. Inlined into the vCPU loop like
+    /// the plain loop: out of line, the per-block call and the returned
+    /// `BlockEnd` cost more than a short block's instructions.
+    #[inline(always)]
     fn exec_instrumented(
         generation: &Generation<F::Op>,
         signals: &Signals,
@@ -828,11 +868,13 @@ impl<F: Frontend> Engine<F> {
         cpu: &mut F::Cpu,
         mem: &mut GuestMemory,
     ) -> BlockEnd {
-        let start = tb.steps_start as usize;
-        let steps = generation
-            .steps
-            .get(start..start + tb.steps_len as usize)
+        let ops = generation.ops_of(tb).unwrap_or_default();
+        let start = tb.instr_start as usize;
+        let hooks = generation
+            .hooks
+            .get(start..start + tb.instr_len as usize)
             .unwrap_or_default();
+        let (entry, hooks) = hooks.split_first().unwrap_or((&EMPTY_HOOK, &[]));
         // One accessor for the block. Before each instruction it is pointed at
         // that instruction's memory actions and emptied after it: a borrow of
         // this generation that cannot outlive the generation.
@@ -845,54 +887,98 @@ impl<F: Frontend> Engine<F> {
             pc: tb.pc,
             requests: Requests::default(),
         };
-        let mut pc = tb.pc;
-        let mut executed = 0u32;
+        let base = tb.pc;
         // Whether a callback ran for the current instruction (only then can
         // a flush or exit have been requested by it).
         let mut called = false;
-        for step in steps {
-            match *step {
-                Step::Insn { ref op, len } => {
-                    access.pc = pc;
-                    executed += 1;
-                    let flow = F::execute(cpu, op, pc, &mut access);
-                    access.actions = &[];
-                    match flow {
-                        Flow::Next => pc = pc.wrapping_add(u64::from(len)),
-                        Flow::Jump(target) => {
-                            return BlockEnd {
-                                next_pc: target,
-                                executed,
-                                exit: None,
-                                requests: access.requests,
-                            };
-                        }
-                        Flow::Exit(exit) => {
-                            return Self::exit_at(exit, pc, len, executed, access.requests);
-                        }
-                    }
-                    // A flush or exit requested by a callback (or another
-                    // thread) takes effect now that the instruction is complete.
-                    if called
-                        && (access.requests.any() || signals.pending.load(Ordering::Relaxed) != 0)
-                    {
-                        break;
-                    }
-                    called = false;
+        if entry.actions_len != 0 {
+            called = Self::run_actions(generation, entry, vcpu, base, cpu, &mut access);
+        }
+        let mut executed = 0u32;
+        for (op, hook) in ops.iter().zip(hooks) {
+            let pc = base.wrapping_add(u64::from(op.offset));
+            if hook.actions_len != 0 {
+                called |= Self::run_actions(generation, hook, vcpu, pc, cpu, &mut access);
+            }
+            if hook.mem_len != 0 {
+                called |= hook.mem_calls;
+                let from = hook.mem_start as usize;
+                access.actions = generation
+                    .mem_actions
+                    .get(from..from + usize::from(hook.mem_len))
+                    .unwrap_or_default();
+            }
+            access.pc = pc;
+            executed += 1;
+            let flow = F::execute(cpu, &op.op, pc, &mut access);
+            access.actions = &[];
+            match flow {
+                Flow::Next => {}
+                Flow::Jump(target) => {
+                    return BlockEnd {
+                        next_pc: target,
+                        executed,
+                        exit: None,
+                        requests: access.requests,
+                    };
                 }
-                Step::Inline { board, slot, kind } => {
+                Flow::Exit(exit) => {
+                    return Self::exit_at(exit, pc, op.len, executed, access.requests);
+                }
+            }
+            // A flush or exit requested by a callback (or another thread)
+            // takes effect now that the instruction is complete.
+            if called && (access.requests.any() || signals.pending.load(Ordering::Relaxed) != 0) {
+                let next_pc = pc.wrapping_add(u64::from(op.len));
+                return BlockEnd {
+                    next_pc,
+                    executed,
+                    exit: None,
+                    requests: access.requests,
+                };
+            }
+            called = false;
+        }
+        BlockEnd {
+            next_pc: base.wrapping_add(u64::from(tb.size)),
+            executed,
+            exit: None,
+            requests: access.requests,
+        }
+    }
+
+    /// Runs the actions of `hook` (before the instruction at `pc`, or on
+    /// block entry); returns whether a callback ran.
+    #[inline(always)]
+    fn run_actions(
+        generation: &Generation<F::Op>,
+        hook: &InsnHook,
+        vcpu: u32,
+        pc: u64,
+        cpu: &mut F::Cpu,
+        access: &mut InstrumentedMem<'_>,
+    ) -> bool {
+        let from = hook.actions_start as usize;
+        let actions = generation
+            .actions
+            .get(from..from + usize::from(hook.actions_len))
+            .unwrap_or_default();
+        let mut called = false;
+        for action in actions {
+            match *action {
+                CompiledAction::Inline { board, slot, kind } => {
                     if let Some(b) = generation.boards.get(board as usize) {
                         b.apply(vcpu, slot as usize, kind);
                     }
                 }
-                Step::Call { cb } => {
+                CompiledAction::Call { cb } => {
                     called = true;
                     F::set_pc(cpu, pc);
                     if let Some(cb) = generation.callbacks.get(cb as usize) {
                         call::<F>(cb, vcpu, pc, cpu, access.mem, &mut access.requests);
                     }
                 }
-                Step::Conditional {
+                CompiledAction::Conditional {
                     cb,
                     board,
                     slot,
@@ -911,24 +997,20 @@ impl<F: Frontend> Engine<F> {
                         }
                     }
                 }
-                Step::Mem { start, len, calls } => {
-                    called |= calls;
-                    let start = start as usize;
-                    access.actions = generation
-                        .mem_actions
-                        .get(start..start + len as usize)
-                        .unwrap_or_default();
-                }
             }
         }
-        BlockEnd {
-            next_pc: pc,
-            executed,
-            exit: None,
-            requests: access.requests,
-        }
+        called
     }
 }
+
+/// The hook of a block without one (never stored: keeps the loop total).
+const EMPTY_HOOK: InsnHook = InsnHook {
+    actions_start: 0,
+    mem_start: 0,
+    actions_len: 0,
+    mem_len: 0,
+    mem_calls: false,
+};
 
 /// An instruction count within one block (at most `MAX_BLOCK_INSNS`).
 #[inline(always)]
@@ -936,9 +1018,10 @@ fn count(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
-/// Runs an instruction or block-entry callback (out of line: the common
-/// inline-op path stays small).
-#[inline(never)]
+/// Runs an instruction or block-entry callback. Inlined into the
+/// instrumented loop: out of line, LLVM passed the callback's fat pointer
+/// through the stack, and reloading it stalled on store forwarding.
+#[inline(always)]
 fn call<F: Frontend>(
     cb: &InsnCallback,
     vcpu: u32,
@@ -971,6 +1054,7 @@ struct InstrumentedMem<'a> {
 }
 
 impl InstrumentedMem<'_> {
+    #[inline]
     fn notify(&mut self, info: MemAccessInfo) {
         for action in self.actions {
             if !action.filter.matches(info.is_store) {
@@ -1000,7 +1084,9 @@ impl InstrumentedMem<'_> {
 }
 
 impl MemAccess for InstrumentedMem<'_> {
-    #[inline]
+    // Forced inline like `GuestMemory`'s own impl: a frontend's `execute`
+    // is large, and left to itself LLVM calls these out of line.
+    #[inline(always)]
     fn load(&mut self, addr: u64, size: u8, signed: bool) -> Result<u64, MemFault> {
         let raw = self.mem.load(addr, size)?;
         let value = if signed { sign_extend(raw, size) } else { raw };
@@ -1016,7 +1102,7 @@ impl MemAccess for InstrumentedMem<'_> {
         Ok(value)
     }
 
-    #[inline]
+    #[inline(always)]
     fn store(&mut self, addr: u64, size: u8, value: u64) -> Result<(), MemFault> {
         self.mem.store(addr, size, value)?;
         if !self.actions.is_empty() {

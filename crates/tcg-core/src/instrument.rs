@@ -172,11 +172,14 @@ impl Scoreboard {
         self.cells.get(vcpu * self.slots + slot)
     }
     /// Value of `slot` for `vcpu` (0 if out of range).
+    // Inlined across crates: plugin callbacks call these per instruction.
+    #[inline]
     pub fn get(&self, vcpu: u32, slot: usize) -> u64 {
         self.cell(vcpu, slot)
             .map_or(0, |c| c.load(Ordering::Relaxed))
     }
     /// Sets `slot` of `vcpu` to `value`.
+    #[inline]
     pub fn set(&self, vcpu: u32, slot: usize, value: u64) {
         if let Some(c) = self.cell(vcpu, slot) {
             c.store(value, Ordering::Relaxed);
@@ -330,7 +333,8 @@ impl fmt::Debug for MemAction {
     }
 }
 
-/// What the instrumentation attaches to one instruction.
+/// What the instrumentation attaches to one instruction (at most 65535
+/// execute actions and 65535 memory actions; further ones are ignored).
 #[derive(Clone, Debug, Default)]
 pub struct InsnPlan {
     pub(crate) exec: SmallVec<[Action; 2]>,

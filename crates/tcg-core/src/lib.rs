@@ -10,15 +10,21 @@
 //! Design points:
 //! - Blocks and everything attached to them live in a cache *generation*:
 //!   flat typed arenas of `Copy` data (headers, pre-decoded ops, compiled
-//!   instrumentation steps) plus the callback handles they reference, all
+//!   instrumentation) plus the callback handles they reference, all
 //!   addressed by index. [`Engine::flush`] retires the generation in O(1),
-//!   and its memory is freed whole once every vCPU passed a quiescent point
-//!   (between two blocks).
+//!   and its callbacks and memory are released once every vCPU passed a
+//!   quiescent point (between two blocks).
 //! - The memory callbacks of an executing instruction are a borrow scoped to
 //!   that instruction, so no flush can free them while they may run: a flush
 //!   requested from any callback happens at the next safe point.
 //! - A block translated while nothing instruments it runs in a loop with no
-//!   instrumentation branch and no dynamic dispatch. Blocks chain directly
+//!   instrumentation branch and no dynamic dispatch. So does a block whose
+//!   only instrumentation is inline adds (e.g. an instruction counter): their
+//!   sums are applied once per block, for the instructions that ran.
+//!   Otherwise the instrumented loop walks the same ops with a small hook
+//!   per instruction (its actions and memory actions).
+//! - A reclaimed generation's allocations host the next one, so the
+//!   re-translation after a flush (a plugin `reset`) reuses warm memory. Blocks chain directly
 //!   to their usual successors (links checked against the target's liveness
 //!   and flags), so most block transitions skip even the jump cache.
 //! - An [`EngineEvents`] sink hears of translations, flushes and

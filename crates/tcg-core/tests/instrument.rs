@@ -665,3 +665,108 @@ fn scoreboards_and_callbacks_see_each_vcpus_index() {
         "the vCPUs share one cache"
     );
 }
+
+/// Inline adds only (entry and per instruction, several entries, distinct
+/// immediates): `weights[i]` is added to slot 0 before instruction `i`,
+/// 10 to slot 1 on block entry and 1 to slot 2 before instruction 0.
+/// With `force_steps`, a never-true conditional callback makes the block
+/// take the general step-stream path, for comparison.
+fn run_inline_adds(code: &[u32], force_steps: bool) -> (CpuExit, [u64; 3], u64) {
+    let mut mem = machine(code);
+    let mut engine = Engine::new(Toy);
+    let board = Arc::new(Scoreboard::new(3, 1));
+    let b = board.clone();
+    let never = counter_cb(&Arc::new(AtomicU64::new(0)));
+    install(&mut engine, move |_tb, plan| {
+        let add = |slot, imm| {
+            Action::Inline(InlineOp {
+                board: b.clone(),
+                slot,
+                kind: InlineKind::Add(imm),
+            })
+        };
+        plan.on_entry(add(1, 10));
+        for (i, insn) in plan.insns_mut().iter_mut().enumerate() {
+            insn.on_execute(add(0, i as u64 + 1));
+            if i == 0 {
+                insn.on_execute(add(2, 1));
+            }
+            if force_steps {
+                insn.on_execute(Action::Conditional(
+                    Condition {
+                        board: b.clone(),
+                        slot: 0,
+                        compare: Compare::Never,
+                        value: 0,
+                    },
+                    never.clone(),
+                ));
+            }
+        }
+    });
+    let mut cpu = cpu_at(CODE);
+    let exit = engine.run(&mut cpu, &mut mem);
+    let counts = [board.get(0, 0), board.get(0, 1), board.get(0, 2)];
+    (exit, counts, engine.stats().insns_executed)
+}
+
+#[test]
+fn inline_adds_count_only_the_instructions_that_ran() {
+    // The load at index 2 faults: instructions 0..=2 were dispatched.
+    let code = [
+        addi(1, 1, 1),
+        addi(1, 1, 1),
+        ld(2, 0, 0x40),
+        addi(1, 1, 1),
+        syscall(),
+    ];
+    for force_steps in [false, true] {
+        let (exit, counts, insns) = run_inline_adds(&code, force_steps);
+        assert!(matches!(exit, CpuExit::Fault(_)), "{exit:?}");
+        assert_eq!(insns, 3);
+        assert_eq!(counts, [1 + 2 + 3, 10, 1], "force_steps={force_steps}");
+    }
+}
+
+#[test]
+fn inline_adds_agree_between_the_fast_and_general_paths() {
+    let code = loop_program(50);
+    let fast = run_inline_adds(&code, false);
+    let general = run_inline_adds(&code, true);
+    assert_eq!(fast.0, CpuExit::Syscall);
+    assert_eq!(fast, general);
+    assert!(fast.1[1] > 0 && fast.1[0] > fast.2);
+}
+
+#[test]
+fn reclaiming_a_generation_releases_its_callbacks_even_when_its_memory_is_reused() {
+    let mut mem = machine(&loop_program(10));
+    let mut engine = Engine::new(Toy);
+    let cb = counter_cb(&Arc::new(AtomicU64::new(0)));
+    let c = cb.clone();
+    let instr = install(&mut engine, move |_tb, plan| {
+        for insn in plan.insns_mut() {
+            insn.on_execute(Action::Callback(c.clone()));
+        }
+    });
+    for _ in 0..3 {
+        let mut cpu = cpu_at(CODE);
+        assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
+        assert!(
+            Arc::strong_count(&cb) > 2,
+            "the generation holds the callback"
+        );
+        // Retired, then reclaimed (the built-in vCPU is offline between runs).
+        engine.flush();
+        assert_eq!(engine.stats().live_generations, 1);
+        assert_eq!(engine.stats().tbs_cached, 0);
+        assert_eq!(
+            Arc::strong_count(&cb),
+            2,
+            "only the test and the plan closure"
+        );
+    }
+    engine.set_instrumentation(None);
+    drop(instr);
+    assert_eq!(Arc::strong_count(&cb), 1);
+}
