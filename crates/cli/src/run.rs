@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use tcgkit_image_core::ImageRegistry;
 use tcgkit_linux_user::{GuestExit, Options, Process, SyscallObserver};
-use tcgkit_plugin_api::{PluginHost, SymbolTable};
+use tcgkit_plugin_api::{PluginHost, PluginLifecycle, SymbolTable};
 use tcgkit_profiler::{
     Event, EventKind, GuestExitStatus, PluginEvent, ProcessExit, Profiler, Syscall, TbFlushed,
     TbRangeInvalidated, TbTranslated, VcpuEvent,
@@ -190,16 +190,35 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             pending: None,
         }));
     }
-    let installed = plugins
-        .as_ref()
-        .map(PluginHost::installed)
-        .unwrap_or_default();
-    if let Some(profiler) = &profiler {
-        for (id, name) in &installed {
+    if let (Some(profiler), Some(plugins)) = (&profiler, &plugins) {
+        // Installed before the trace could watch: report them now; resets
+        // and uninstalls are reported as they complete.
+        for (id, name) in plugins.installed() {
             profiler.raise_with(EventKind::PluginInstalled, || {
-                Event::PluginInstalled(PluginEvent { id: id.0, name })
+                Event::PluginInstalled(PluginEvent {
+                    id: id.0,
+                    name: &name,
+                })
             });
         }
+        let watcher = profiler.clone();
+        plugins.on_lifecycle(move |what, id, name| {
+            let event = PluginEvent { id: id.0, name };
+            match what {
+                PluginLifecycle::Installed => {
+                    watcher.raise_with(EventKind::PluginInstalled, || Event::PluginInstalled(event))
+                }
+                PluginLifecycle::Reset => {
+                    watcher.raise_with(EventKind::PluginReset, || Event::PluginReset(event))
+                }
+                PluginLifecycle::Uninstalled => watcher
+                    .raise_with(EventKind::PluginUninstalled, || {
+                        Event::PluginUninstalled(event)
+                    }),
+            }
+        });
+    }
+    if let Some(profiler) = &profiler {
         process
             .engine_mut()
             .set_event_sink(Some(Box::new(EngineTrace {
@@ -239,16 +258,6 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             eprintln!("tcgkit: {failure}");
         }
         plugins.finish().context("finishing plugins")?;
-        if let Some(profiler) = &profiler {
-            // Plugins that uninstalled themselves or were removed after a
-            // panic during the run.
-            let remaining = plugins.installed();
-            for (id, name) in installed.iter().filter(|p| !remaining.contains(p)) {
-                profiler.raise_with(EventKind::PluginUninstalled, || {
-                    Event::PluginUninstalled(PluginEvent { id: id.0, name })
-                });
-            }
-        }
     }
     if let Some(profiler) = &profiler {
         profiler.raise_with(EventKind::VcpuStopped, || {

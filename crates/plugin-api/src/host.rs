@@ -289,10 +289,27 @@ impl State {
     }
 }
 
+/// What happened to a plugin, for [`PluginHost::on_lifecycle`] watchers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PluginLifecycle {
+    /// It was installed.
+    Installed,
+    /// A reset completed (its completion has just run).
+    Reset,
+    /// It was uninstalled: its uninstall completed, or it was removed
+    /// after a panic.
+    Uninstalled,
+}
+
+/// A lifecycle watcher: gets the plugin's id and name.
+type LifecycleWatcher = Arc<dyn Fn(PluginLifecycle, PluginId, &str) + Send + Sync>;
+
 pub(crate) struct Inner {
     guest: Arc<GuestInfo>,
     state: Mutex<State>,
     out: Mutex<Box<dyn Write + Send>>,
+    /// Embedder-side watchers (e.g. a profiler); never plugin code.
+    watchers: std::sync::RwLock<Vec<LifecycleWatcher>>,
 }
 
 impl Inner {
@@ -300,6 +317,18 @@ impl Inner {
         // Plugin code never runs under this lock, so poisoning can only come
         // from a bug here; the state stays consistent between statements.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Tells the lifecycle watchers; called with no lock of ours held.
+    fn notify(&self, what: PluginLifecycle, slot: &Slot) {
+        let watchers = self
+            .watchers
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        for watcher in watchers {
+            watcher(what, slot.id, &slot.name);
+        }
     }
 
     fn write_out(&self, text: &str) {
@@ -336,6 +365,7 @@ impl Inner {
             state.failures.push(message.clone());
         }
         self.write_out(&format!("{message}\n"));
+        self.notify(PluginLifecycle::Uninstalled, slot);
     }
 
     /// Completes pending resets and uninstalls: every block translated
@@ -382,9 +412,9 @@ impl Inner {
         }
         let done_slots: Vec<Arc<Slot>> = done.iter().map(|(s, _)| Arc::clone(s)).collect();
         for (slot, pending) in done {
-            let what = match &pending {
-                Pending::Reset(_) => "reset completion",
-                Pending::Uninstall(_) => "uninstall completion",
+            let (what, event) = match &pending {
+                Pending::Reset(_) => ("reset completion", PluginLifecycle::Reset),
+                Pending::Uninstall(_) => ("uninstall completion", PluginLifecycle::Uninstalled),
             };
             let result = catch_unwind(AssertUnwindSafe(|| match pending {
                 Pending::Reset(f) => f(&PluginHandle {
@@ -392,8 +422,10 @@ impl Inner {
                 }),
                 Pending::Uninstall(f) => f(),
             }));
-            if let Err(payload) = result {
-                fail_slot(&slot, what, &*payload);
+            match result {
+                // A failing completion is reported as the removal it causes.
+                Err(payload) => fail_slot(&slot, what, &*payload),
+                Ok(()) => self.notify(event, &slot),
             }
         }
         let mut state = self.state();
@@ -670,6 +702,7 @@ impl PluginHost {
                 guest: Arc::new(guest),
                 state: Mutex::new(State::default()),
                 out: Mutex::new(out),
+                watchers: std::sync::RwLock::new(Vec::new()),
             }),
         }
     }
@@ -737,7 +770,10 @@ impl PluginHost {
             slot: Arc::clone(&slot),
         };
         let result = match catch_unwind(AssertUnwindSafe(|| plugin.install(&handle))) {
-            Ok(Ok(())) => return Ok(slot.id),
+            Ok(Ok(())) => {
+                self.inner.notify(PluginLifecycle::Installed, &slot);
+                return Ok(slot.id);
+            }
             Ok(Err(e)) => e,
             Err(payload) => PluginError::InstallFailed {
                 plugin: name.to_owned(),
@@ -749,6 +785,22 @@ impl PluginHost {
         state.plugins.retain(|e| !Arc::ptr_eq(&e.slot, &slot));
         state.rebuild_trans();
         Err(result)
+    }
+
+    /// Calls `watcher` whenever a plugin is installed, completes a reset,
+    /// or is uninstalled (by its own request or after a panic). For
+    /// embedders such as profilers; it runs on the thread where the change
+    /// completes, with no lock of the host held. Plugins installed before
+    /// this call are not reported.
+    pub fn on_lifecycle(
+        &self,
+        watcher: impl Fn(PluginLifecycle, PluginId, &str) + Send + Sync + 'static,
+    ) {
+        self.inner
+            .watchers
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Arc::new(watcher));
     }
 
     /// Installed plugins (ids and names), in install order.
@@ -837,7 +889,23 @@ impl PluginHost {
     /// callback (also those of plugins removed after a panic), and flushes
     /// the output. Later calls do nothing.
     pub fn finish(&self) -> Result<(), PluginError> {
-        self.inner.complete_pending(false);
+        // Completions may ask for more resets or uninstalls (they start once
+        // the completion returns); nothing executes any more, so complete
+        // those too. Bounded, so a plugin that asks again in every
+        // completion cannot hang the exit.
+        const FINISH_ROUNDS: usize = 64;
+        for _ in 0..FINISH_ROUNDS {
+            self.inner.complete_pending(false);
+            let more = self
+                .inner
+                .state()
+                .plugins
+                .iter()
+                .any(|e| !e.pending.is_empty());
+            if !more {
+                break;
+            }
+        }
         let cbs = {
             let mut state = self.inner.state();
             if std::mem::replace(&mut state.finished, true) {
