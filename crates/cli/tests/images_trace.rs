@@ -2,15 +2,12 @@
 //! spans nest like the registry's cascade.
 
 use serde_json::Value;
-use std::path::Path;
 use std::process::Command;
 
-fn fixture(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fixtures/assemblies/lifecycle")
-        .join(name)
-        .display()
-        .to_string()
+mod common;
+
+fn fixture(name: &str) -> std::path::PathBuf {
+    common::fixture("assemblies/lifecycle", name)
 }
 
 /// (name, start, end) of every complete span whose name starts with `prefix`.
@@ -32,9 +29,7 @@ fn within(inner: &(String, f64, f64), outer: &(String, f64, f64)) -> bool {
 
 #[test]
 fn images_trace_has_nested_unload_spans() {
-    let dir = std::env::temp_dir().join(format!("tcgkit-images-trace-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let trace = dir.join("images.json");
+    let trace = common::scratch("images-trace", "images.json");
     let out = Command::new(env!("CARGO_BIN_EXE_tcgkit"))
         .args(["images", "--trace"])
         .arg(&trace)
@@ -67,5 +62,5 @@ fn images_trace_has_nested_unload_spans() {
             assert!(e["args"].is_object(), "{e}");
         }
     }
-    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_dir_all(trace.parent().unwrap()).unwrap();
 }

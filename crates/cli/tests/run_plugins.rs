@@ -1,19 +1,13 @@
 //! `tcgkit run --plugin`: bundled plugins through the command line, their
 //! counts checked against the engine's own count of the same run.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn guest(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fixtures/guests")
-        .join(name)
-}
+mod common;
+use common::guest;
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("tcgkit-run-plugins-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+fn scratch(name: &str) -> std::path::PathBuf {
+    common::scratch("run-plugins", name)
 }
 
 /// The number after `label` on the first line that contains it.

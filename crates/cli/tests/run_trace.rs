@@ -2,19 +2,14 @@
 //! a guest fault (the host dies by the guest's signal) and on Ctrl-C.
 
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
-fn guest(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fixtures/guests")
-        .join(name)
-}
+mod common;
+use common::guest;
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("tcgkit-run-trace-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+    common::scratch("run-trace", name)
 }
 
 fn names(events: &[Value], ph: &str) -> Vec<String> {
