@@ -76,6 +76,7 @@ impl Frontend for Toy {
             len: 4,
             raw,
             ends_block,
+            accesses_memory: matches!(op, Op::Load { .. } | Op::Store { .. }),
         })
     }
     #[inline(always)]

@@ -98,6 +98,7 @@ impl Frontend for Rv64 {
             len,
             raw,
             ends_block: inst.ends_block(),
+            accesses_memory: inst.accesses_memory(),
         })
     }
 

@@ -571,4 +571,33 @@ impl Inst {
                 | Inst::FenceI
         )
     }
+
+    /// True if executing the instruction goes through `MemAccess` load or
+    /// store: loads, stores, LR/SC and AMOs, integer or floating-point.
+    pub(crate) fn accesses_memory(&self) -> bool {
+        matches!(
+            self,
+            Inst::Lb { .. }
+                | Inst::Lh { .. }
+                | Inst::Lw { .. }
+                | Inst::Ld { .. }
+                | Inst::Lbu { .. }
+                | Inst::Lhu { .. }
+                | Inst::Lwu { .. }
+                | Inst::Sb { .. }
+                | Inst::Sh { .. }
+                | Inst::Sw { .. }
+                | Inst::Sd { .. }
+                | Inst::LrW { .. }
+                | Inst::LrD { .. }
+                | Inst::ScW { .. }
+                | Inst::ScD { .. }
+                | Inst::AmoW { .. }
+                | Inst::AmoD { .. }
+                | Inst::Flw { .. }
+                | Inst::Fld { .. }
+                | Inst::Fsw { .. }
+                | Inst::Fsd { .. }
+        )
+    }
 }

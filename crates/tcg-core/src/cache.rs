@@ -27,6 +27,8 @@ pub(crate) struct TbOp<Op> {
     pub(crate) op: Op,
     pub(crate) offset: u32,
     pub(crate) len: u8,
+    /// The frontend's [`crate::Decoded::accesses_memory`].
+    pub(crate) accesses_memory: bool,
 }
 
 /// Header of one translation block. One cache line each: the loop reads the
@@ -52,7 +54,7 @@ pub(crate) struct TbHeader {
     /// How the loop runs the block; says what `instr_start..+instr_len`
     /// indexes.
     pub(crate) mode: ExecMode,
-    /// For [`ExecMode::Steps`]: the block's hooks in `Generation::hooks`
+    /// For [`ExecMode::Steps`] and [`ExecMode::StepsWithMemory`]: the block's hooks in `Generation::hooks`
     /// (the block-entry hook, then one per instruction); for
     /// [`ExecMode::Tally`]: the block's tallies in `Generation::tallies`.
     pub(crate) instr_start: u32,
@@ -80,9 +82,14 @@ pub(crate) enum ExecMode {
     /// instruction). Exact: adds commute, and nothing on this vCPU can look
     /// at the scoreboard between two instructions of such a block.
     Tally,
-    /// The general case: the instrumented loop, running each instruction's
-    /// [`InsnHook`] before it.
+    /// Actions before instructions or on block entry, none on memory
+    /// accesses: the instrumented loop, running each instruction's
+    /// [`InsnHook`] before it, with instructions executing directly on guest
+    /// memory as in the plain loop.
     Steps,
+    /// The general case: as [`ExecMode::Steps`], with instructions executing
+    /// through an accessor that runs their memory actions.
+    StepsWithMemory,
 }
 
 /// The adds a [`ExecMode::Tally`] block makes to one scoreboard entry:
@@ -337,7 +344,12 @@ impl<Op: Copy> Generation<Op> {
             }
             Some(plan) => {
                 let (start, len) = self.compile(plan, ops.len());
-                (ExecMode::Steps, start, len)
+                let mode = if plan.insns.iter().any(|i| !i.mem.is_empty()) {
+                    ExecMode::StepsWithMemory
+                } else {
+                    ExecMode::Steps
+                };
+                (mode, start, len)
             }
             None => (ExecMode::Plain, NONE, 0),
         };

@@ -601,7 +601,7 @@ impl<F: Frontend> Engine<F> {
             // Two copies of the block epilogue: the plain one (also used by
             // blocks whose only instrumentation is inline adds, applied
             // once per block) has no callback requests to look at.
-            if tb.mode != ExecMode::Steps {
+            if matches!(tb.mode, ExecMode::Plain | ExecMode::Tally) {
                 let end = Self::exec_plain(current, tb, cpu, mem);
                 if tb.mode == ExecMode::Tally {
                     current.apply_tallies(tb, vcpu.index, end.executed);
@@ -615,7 +615,25 @@ impl<F: Frontend> Engine<F> {
                 }
             } else {
                 F::set_pc(cpu, pc);
-                let end = Self::exec_instrumented(current, &self.signals, vcpu.index, tb, cpu, mem);
+                let end = if tb.mode == ExecMode::Steps {
+                    Self::exec_instrumented::<false>(
+                        current,
+                        &self.signals,
+                        vcpu.index,
+                        tb,
+                        cpu,
+                        mem,
+                    )
+                } else {
+                    Self::exec_instrumented::<true>(
+                        current,
+                        &self.signals,
+                        vcpu.index,
+                        tb,
+                        cpu,
+                        mem,
+                    )
+                };
                 insns += u64::from(end.executed);
                 pc = end.next_pc;
                 if end.requests.any() {
@@ -727,6 +745,7 @@ impl<F: Frontend> Engine<F> {
                         op: d.op,
                         offset,
                         len,
+                        accesses_memory: d.accesses_memory,
                     });
                     self.scratch_raws.push(d.raw);
                     self.scratch_insns.push(InsnInfo {
@@ -775,6 +794,15 @@ impl<F: Frontend> Engine<F> {
             self.scratch_plan
                 .insns
                 .resize_with(self.scratch_insns.len(), Default::default);
+            // Memory actions on an instruction that never accesses memory
+            // could never run: dropping them lets such instructions (most
+            // of them, for a plugin that watches every instruction's
+            // accesses) run without a hook.
+            for (insn, op) in self.scratch_plan.insns.iter_mut().zip(&self.scratch_ops) {
+                if !op.accesses_memory {
+                    insn.mem.clear();
+                }
+            }
             planned = !self.scratch_plan.is_empty();
         }
         let plan = planned.then_some(&self.scratch_plan);
@@ -859,8 +887,10 @@ impl<F: Frontend> Engine<F> {
     /// callbacks requested a flush or exit. Inlined into the vCPU loop like
     /// the plain loop: out of line, the per-block call and the returned
     /// `BlockEnd` cost more than a short block's instructions.
+    /// `MEMORY` says whether the block has memory actions; without them,
+    /// instructions execute directly on guest memory, as in the plain loop.
     #[inline(always)]
-    fn exec_instrumented(
+    fn exec_instrumented<const MEMORY: bool>(
         generation: &Generation<F::Op>,
         signals: &Signals,
         vcpu: u32,
@@ -900,18 +930,23 @@ impl<F: Frontend> Engine<F> {
             if hook.actions_len != 0 {
                 called |= Self::run_actions(generation, hook, vcpu, pc, cpu, &mut access);
             }
-            if hook.mem_len != 0 {
-                called |= hook.mem_calls;
-                let from = hook.mem_start as usize;
-                access.actions = generation
-                    .mem_actions
-                    .get(from..from + usize::from(hook.mem_len))
-                    .unwrap_or_default();
-            }
-            access.pc = pc;
             executed += 1;
-            let flow = F::execute(cpu, &op.op, pc, &mut access);
-            access.actions = &[];
+            let flow = if MEMORY {
+                if hook.mem_len != 0 {
+                    called |= hook.mem_calls;
+                    let from = hook.mem_start as usize;
+                    access.actions = generation
+                        .mem_actions
+                        .get(from..from + usize::from(hook.mem_len))
+                        .unwrap_or_default();
+                }
+                access.pc = pc;
+                let flow = F::execute(cpu, &op.op, pc, &mut access);
+                access.actions = &[];
+                flow
+            } else {
+                F::execute(cpu, &op.op, pc, &mut *access.mem)
+            };
             match flow {
                 Flow::Next => {}
                 Flow::Jump(target) => {

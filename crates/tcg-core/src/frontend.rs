@@ -56,6 +56,11 @@ pub struct Decoded<Op> {
     /// True if the instruction may transfer control (branch, jump, exit):
     /// the block ends after it.
     pub ends_block: bool,
+    /// False promises that executing the op never calls [`MemAccess::load`]
+    /// or [`MemAccess::store`]: memory instrumentation attached to it is
+    /// dropped at translation, so the instruction runs without it. When in
+    /// doubt, `true`.
+    pub accesses_memory: bool,
 }
 
 /// Why an instruction could not be decoded.

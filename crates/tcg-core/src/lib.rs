@@ -57,7 +57,7 @@
 //!             3 => (Op::Stop, true),
 //!             _ => return Err(DecodeError::Illegal { pc, raw }),
 //!         };
-//!         Ok(Decoded { op, len: 4, raw, ends_block })
+//!         Ok(Decoded { op, len: 4, raw, ends_block, accesses_memory: false })
 //!     }
 //!     fn execute<M: MemAccess>(cpu: &mut Cpu, op: &Op, pc: u64, _mem: &mut M) -> Flow {
 //!         match *op {

@@ -220,6 +220,45 @@ fn memory_callbacks_see_address_size_sign_and_value() {
 }
 
 #[test]
+fn memory_actions_on_instructions_without_accesses_are_dropped_at_translation() {
+    // Two addis and a syscall: no instruction the frontend marks as
+    // accessing memory, so the memory callback is not kept by the block
+    // (nothing but the test holds it) and the block runs as plain code.
+    let code = [addi(1, 0, 1), addi(2, 1, 1), syscall()];
+    let mut mem = machine(&code);
+    let mut engine = Engine::new(Toy);
+    let calls = Arc::new(AtomicU64::new(0));
+    let c = calls.clone();
+    let on_access: MemCallback = Arc::new(
+        move |_ctx: &mut CallbackContext<'_>, _info: &MemAccessInfo| {
+            c.fetch_add(1, Relaxed);
+        },
+    );
+    let cb = on_access.clone();
+    install(&mut engine, move |_tb, plan| {
+        for insn in plan.insns_mut() {
+            insn.on_memory(MemFilter::All, MemAction::Callback(cb.clone()));
+        }
+    });
+    let mut cpu = cpu_at(CODE);
+    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
+    assert_eq!(cpu.x[2], 2);
+    assert_eq!(calls.load(Relaxed), 0);
+    // One handle here, one in the instrumentation's closure: none in the cache.
+    assert_eq!(Arc::strong_count(&on_access), 2);
+
+    // The same callback on a block with a load is kept, and runs once.
+    let code = [addi(1, 0, 1), ld(2, 4, 0), syscall()];
+    let mut mem = machine(&code);
+    let mut cpu = cpu_at(CODE);
+    cpu.x[4] = DATA;
+    engine.flush();
+    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
+    assert_eq!(calls.load(Relaxed), 1);
+    assert_eq!(Arc::strong_count(&on_access), 3);
+}
+
+#[test]
 fn a_faulting_access_runs_no_memory_callback() {
     let code = [ld(1, 0, 0x40), syscall()];
     let mut mem = machine(&code);

@@ -233,3 +233,59 @@ proptest! {
         }
     }
 }
+
+/// Records whether an instruction tried a load or store (over an empty
+/// address space, so every attempt faults after being recorded).
+struct AttemptRecorder {
+    mem: GuestMemory,
+    attempted: bool,
+}
+
+impl tcgkit_tcg_core::MemAccess for AttemptRecorder {
+    fn load(
+        &mut self,
+        addr: u64,
+        size: u8,
+        signed: bool,
+    ) -> Result<u64, tcgkit_tcg_core::MemFault> {
+        self.attempted = true;
+        tcgkit_tcg_core::MemAccess::load(&mut self.mem, addr, size, signed)
+    }
+    fn store(&mut self, addr: u64, size: u8, value: u64) -> Result<(), tcgkit_tcg_core::MemFault> {
+        self.attempted = true;
+        tcgkit_tcg_core::MemAccess::store(&mut self.mem, addr, size, value)
+    }
+    fn memory(&mut self) -> &mut GuestMemory {
+        &mut self.mem
+    }
+}
+
+proptest! {
+    /// `accesses_memory` is what lets the engine drop memory callbacks from
+    /// an instruction: it must be true for every instruction that loads or
+    /// stores (a false negative would lose accesses plugins count), and it
+    /// is true exactly for the load, store and atomic major opcodes.
+    #[test]
+    fn accesses_memory_covers_every_load_and_store(high in any::<u32>(), opcode in prop::sample::select(vec![
+        0x03u32, 0x07, 0x0f, 0x13, 0x17, 0x1b, 0x23, 0x27, 0x2f, 0x33, 0x37, 0x3b, 0x43, 0x47,
+        0x4b, 0x4f, 0x53, 0x63, 0x67, 0x6f, 0x73,
+    ]), compressed in any::<u16>(), regs in any::<[u64; 4]>()) {
+        for word in [(high & !0x7f) | opcode, u32::from(compressed)] {
+            if let Some((inst, _)) = decode_raw(word, 0x1000) {
+                let mut cpu = Cpu::new();
+                for (i, v) in regs.iter().enumerate() {
+                    cpu.set_x(10 + i as u8, *v);
+                }
+                let mut recorder = AttemptRecorder { mem: GuestMemory::new(), attempted: false };
+                let _ = execute(&mut cpu, &inst, 0x1000, &mut recorder);
+                if recorder.attempted {
+                    prop_assert!(inst.accesses_memory(), "{word:#x} ({inst:?}) accessed memory");
+                }
+                if word & 3 == 3 {
+                    let memory_opcode = matches!(word & 0x7f, 0x03 | 0x07 | 0x23 | 0x27 | 0x2f);
+                    prop_assert_eq!(inst.accesses_memory(), memory_opcode, "{:#x} ({:?})", word, inst);
+                }
+            }
+        }
+    }
+}

@@ -201,6 +201,7 @@ impl Frontend for Toy {
             len: 4,
             raw,
             ends_block,
+            accesses_memory: matches!(op, Op::Load { .. } | Op::Store { .. } | Op::AmoAdd { .. }),
         })
     }
     fn execute<M: MemAccess>(cpu: &mut Cpu, op: &Op, pc: u64, mem: &mut M) -> Flow {
