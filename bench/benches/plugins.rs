@@ -2,17 +2,22 @@
 //! instruction: no plugin, the `insn` plugin's inline counter and
 //! instruction callback, the `mem` plugin's memory callback, one vs four
 //! callback plugins; and the cost of one `reset` requested from inside an
-//! instruction callback with 10k blocks cached (flush, completion and the
-//! re-translation of all 10k blocks included): compare `10k_tbs/with_reset`
-//! with `10k_tbs/cached`, and with `10k_tbs/bare_flush` (the same flush and
-//! re-translation with no plugin installed: tcg-core's share).
+//! instruction callback with 10k blocks cached, two ways:
+//! - `10k_tbs/with_reset` against `10k_tbs/cached`: the reset, then all
+//!   10k blocks run again, so each is planned again (every plugin's
+//!   `tb_trans` included): the worst case. `10k_tbs/bare_flush` is a flush
+//!   and re-translation of the 10k blocks with no plugin at all.
+//! - `hot_loop/one_reset` against `hot_loop/no_reset`: with the 10k blocks
+//!   cached, a 100-iteration loop resets once from the callback of its
+//!   first instruction: the reset, its completion, and planning again the
+//!   blocks the loop runs afterwards.
 
 // criterion_group! generates an undocumented function; this is a bench binary, not API.
 #![allow(missing_docs)]
 
 use std::hint::black_box;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
@@ -42,14 +47,26 @@ fn loop_program() -> Vec<u32> {
 }
 const LOOP_INSNS: u64 = 2 + 5 * ITERATIONS as u64 + 1;
 
-/// 10_000 blocks of `addi a1, a1, 1; j .+4`, then `ecall`.
+/// 10_000 blocks of `addi a1, a1, 1; j .+4`, then `ecall`; then, at
+/// [`HOT_LOOP`], `li a2, 100; li a1, 0; loop: addi a1, a1, 1;
+/// blt a1, a2, loop; ecall`.
 fn many_blocks() -> Vec<u32> {
     let mut code: Vec<u32> = (0..10_000)
         .flat_map(|_| [0x0015_8593, 0x0040_006f])
         .collect();
     code.push(0x0000_0073);
+    code.resize(((HOT_LOOP - CODE) / 4) as usize, 0);
+    code.extend([
+        0x0640_0613,
+        0x0000_0593,
+        0x0015_8593,
+        0xfec5_cee3,
+        0x0000_0073,
+    ]);
     code
 }
+const HOT_LOOP: u64 = CODE + 0x14000;
+const HOT_LOOP_INSNS: u64 = 2 + 2 * 100 + 1;
 
 struct Machine {
     engine: Engine<Rv64>,
@@ -74,8 +91,12 @@ impl Machine {
     }
 
     fn run(&mut self) {
+        self.run_at(CODE);
+    }
+
+    fn run_at(&mut self, pc: u64) {
         let mut cpu = Cpu::new();
-        cpu.set_pc(CODE);
+        cpu.set_pc(pc);
         assert_eq!(self.engine.run(&mut cpu, &mut self.mem), CpuExit::Syscall);
         black_box(cpu);
     }
@@ -111,17 +132,19 @@ fn dispatch(c: &mut Criterion) {
     group.finish();
 }
 
-/// Resets itself from inside the instruction callback of the first
-/// instruction when armed, re-registering in the completion.
+/// Resets itself from inside the instruction callback of the instruction
+/// at `at` when armed, re-registering in the completion.
 struct Resetter {
     armed: AtomicBool,
+    at: u64,
+    resets: AtomicU64,
 }
 
 impl Resetter {
     fn register(self: &Arc<Self>, handle: &PluginHandle) {
         let (me, h) = (Arc::clone(self), handle.clone());
         handle.on_tb_trans(move |tb| {
-            if tb.pc() != CODE {
+            if tb.pc() != me.at {
                 return;
             }
             let (me, h) = (Arc::clone(&me), h.clone());
@@ -129,7 +152,11 @@ impl Resetter {
                 insn.on_exec(Access::NONE, move |_| {
                     if me.armed.swap(false, Ordering::Relaxed) {
                         let me = Arc::clone(&me);
-                        h.reset(move |h| me.register(h)).expect("reset");
+                        h.reset(move |h| {
+                            me.resets.fetch_add(1, Ordering::Relaxed);
+                            me.register(h)
+                        })
+                        .expect("reset");
                     }
                 });
             }
@@ -144,12 +171,18 @@ impl Plugin for Resetter {
     }
 }
 
+fn resetter(at: u64) -> Arc<Resetter> {
+    Arc::new(Resetter {
+        armed: AtomicBool::new(false),
+        at,
+        resets: AtomicU64::new(0),
+    })
+}
+
 fn reset(c: &mut Criterion) {
     let mut group = c.benchmark_group("plugins/10k_tbs");
     let host = host(&["insn,inline=on"]);
-    let resetter = Arc::new(Resetter {
-        armed: AtomicBool::new(false),
-    });
+    let resetter = resetter(CODE);
     host.install("resetter", resetter.clone()).expect("install");
     let mut machine = Machine::new(&many_blocks(), Some(&host));
     machine.run();
@@ -161,6 +194,7 @@ fn reset(c: &mut Criterion) {
             machine.run();
         })
     });
+    assert!(resetter.resets.load(Ordering::Relaxed) > 0, "no reset ran");
     // Reference: the same flush and re-translation with no plugin at all.
     let mut bare = Machine::new(&many_blocks(), None);
     bare.run();
@@ -170,6 +204,30 @@ fn reset(c: &mut Criterion) {
             bare.run();
         })
     });
+    group.finish();
+
+    let mut group = c.benchmark_group("plugins/hot_loop");
+    group.throughput(Throughput::Elements(HOT_LOOP_INSNS));
+    let host = self::host(&["insn,inline=on"]);
+    let resetter = self::resetter(HOT_LOOP);
+    host.install("resetter", resetter.clone()).expect("install");
+    let mut machine = Machine::new(&many_blocks(), Some(&host));
+    machine.run();
+    machine.run_at(HOT_LOOP);
+    let cached = machine.engine.stats().tbs_cached;
+    assert!(cached >= 10_000, "{cached} blocks cached");
+    group.bench_function("no_reset", |b| b.iter(|| machine.run_at(HOT_LOOP)));
+    group.bench_function("one_reset", |b| {
+        b.iter(|| {
+            resetter.armed.store(true, Ordering::Relaxed);
+            machine.run_at(HOT_LOOP);
+        })
+    });
+    let stats = machine.engine.stats();
+    assert!(resetter.resets.load(Ordering::Relaxed) > 0, "no reset ran");
+    // The 10k blocks stayed cached through the resets (apart from the
+    // occasional flush that bounds superseded plans).
+    assert!(stats.reinstrumentations > stats.flushes, "{stats:?}");
     group.finish();
 }
 

@@ -337,9 +337,17 @@ impl Inner {
         let _ = out.write_all(text.as_bytes());
     }
 
-    fn request_flush(state: &State) {
+    /// Asks the engine to retire every block's instrumentation at its next
+    /// safe point. A reset only needs the blocks planned again (their
+    /// decoded code stays valid); an uninstall flushes them, so the plugin's
+    /// callbacks, and the state they hold, are dropped promptly.
+    fn request_retire(state: &State, uninstall: bool) {
         for f in &state.flushers {
-            f.request_flush();
+            if uninstall {
+                f.request_flush();
+            } else {
+                f.request_reinstrument();
+            }
         }
     }
 
@@ -360,7 +368,7 @@ impl Inner {
                 }
                 state.rebuild_trans();
                 // Its inline operations go away with the blocks that carry them.
-                Self::request_flush(&state);
+                Self::request_retire(&state, true);
             }
             state.failures.push(message.clone());
         }
@@ -430,18 +438,20 @@ impl Inner {
         }
         let mut state = self.state();
         let mut started = false;
+        let mut uninstall = false;
         for slot in &done_slots {
             if let Some(entry) = state.entry_mut(slot.id) {
                 entry.completing = false;
                 for op in std::mem::take(&mut entry.deferred) {
                     entry.begin(op);
                     started = true;
+                    uninstall |= entry.uninstalling;
                 }
             }
         }
         if started {
             state.rebuild_trans();
-            Self::request_flush(&state);
+            Self::request_retire(&state, uninstall);
         }
     }
 }
@@ -612,9 +622,10 @@ impl PluginHandle {
         self.register(|r| r.atexit.push(Arc::new(cb)));
     }
 
-    /// Unregisters every callback of the plugin and flushes all translated
-    /// blocks, then runs `completion` (QEMU's `qemu_plugin_reset`), where
-    /// the plugin usually registers again. Callable from any callback on
+    /// Unregisters every callback of the plugin and retires the
+    /// instrumentation of all translated blocks, then runs `completion`
+    /// (QEMU's `qemu_plugin_reset`), where the plugin usually registers
+    /// again. Callable from any callback on
     /// any vCPU, or from any thread.
     ///
     /// Exactly when things happen:
@@ -624,12 +635,16 @@ impl PluginHandle {
     ///   another thread) those of instructions run before the engine
     ///   reaches its next safe point. No event is missed in between.
     /// - At that safe point (right after the instruction, for a request
-    ///   from a callback), every translated block is flushed.
-    /// - `completion` runs exactly once, after that flush (or in
+    ///   from a callback), every translated block's instrumentation is
+    ///   retired ([`Engine::reinstrument`]: O(1); each block keeps its
+    ///   decoded code and is planned again, with every plugin's `tb_trans`,
+    ///   before it next runs).
+    /// - `completion` runs exactly once, right after that (or in
     ///   [`PluginHost::finish`] if no block runs any more). From then on,
     ///   no callback registered before the call runs. Registrations made
     ///   after the call, usually in `completion`, stay.
-    /// - Other plugins are untouched (their blocks are re-translated).
+    /// - Other plugins are untouched (their `tb_trans` sees each block
+    ///   again, as after a flush; their flush callbacks run).
     pub fn reset(
         &self,
         completion: impl FnOnce(&PluginHandle) + Send + 'static,
@@ -640,8 +655,9 @@ impl PluginHandle {
     /// Uninstalls the plugin at the next safe point with the same timing as
     /// [`PluginHandle::reset`], then runs `completion` exactly once; its
     /// atexit callbacks do not run, and registering after this call does
-    /// nothing. The plugin's state is dropped once the
-    /// last block and handle referring to it are gone.
+    /// nothing. At that safe point every translated block is flushed, so
+    /// the plugin's state is dropped once the last vCPU left the retired
+    /// blocks and no handle refers to it.
     pub fn uninstall(&self, completion: impl FnOnce() + Send + 'static) -> Result<(), PluginError> {
         self.schedule(Pending::Uninstall(Box::new(completion)), true)
     }
@@ -665,7 +681,7 @@ impl PluginHandle {
         }
         entry.begin(pending);
         state.rebuild_trans();
-        Inner::request_flush(&state);
+        Inner::request_retire(&state, uninstall);
         Ok(())
     }
 }

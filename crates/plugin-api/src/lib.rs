@@ -18,12 +18,14 @@
 //! from any callback, on any vCPU, or from another thread. They take effect
 //! at the next safe point, right after the executing instruction: that
 //! instruction's remaining callbacks, including its memory callbacks, still
-//! run; then every translated block is flushed (tcg-core retires the cache
-//! generation in O(1) and frees it only once no vCPU can be inside it), and
-//! the completion runs exactly once. After it, no callback of the old
-//! registration runs: the flush retired the blocks that carried them, and
-//! each callback also checks its plugin's registration generation. Other
-//! plugins are untouched. This makes a known QEMU bug impossible (a reset
+//! run; then the instrumentation of every translated block is retired, and
+//! the completion runs exactly once. For a reset that is tcg-core's
+//! re-instrumentation: O(1), each block keeps its decoded code and is
+//! planned again before it next runs. For an uninstall it is a flush:
+//! tcg-core retires the cache generation in O(1) and frees it only once no
+//! vCPU can be inside it. After the completion, no callback of the old
+//! registration runs: no block carries it any more, and each callback also
+//! checks its plugin's registration generation. Other plugins are untouched. This makes a known QEMU bug impossible (a reset
 //! from the instruction callback of a load freed the callback arrays while
 //! the vCPU still pointed at the load's memory callbacks): here the memory
 //! callbacks are a borrow of a generation that outlives the instruction.

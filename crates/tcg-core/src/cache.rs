@@ -59,6 +59,10 @@ pub(crate) struct TbHeader {
     /// [`ExecMode::Tally`]: the block's tallies in `Generation::tallies`.
     pub(crate) instr_start: u32,
     pub(crate) instr_len: u32,
+    /// The generation's `plan_version` the block's instrumentation was
+    /// planned under; an older one means it must be planned again before
+    /// the block next runs.
+    pub(crate) plan_version: u32,
     /// Set by range invalidation; the block is unreachable afterwards.
     pub(crate) dead: bool,
 }
@@ -192,6 +196,13 @@ pub(crate) struct Generation<Op> {
     mem_callback_ids: HashMap<usize, u32>,
     board_ids: HashMap<usize, u32>,
     pub(crate) dead_tbs: usize,
+    /// Bumped by a re-instrumentation: every block planned under an older
+    /// version is planned again when it is next entered.
+    pub(crate) plan_version: u32,
+    /// Instrumentation entries (hooks, actions, memory actions, tallies and
+    /// their sums) superseded by re-planning: garbage until the generation
+    /// is dropped, bounded by flushing once it outweighs the live ones.
+    stale_entries: usize,
 }
 
 fn arc_key<T: ?Sized>(arc: &Arc<T>) -> usize {
@@ -235,6 +246,8 @@ impl<Op: Copy> Generation<Op> {
             mem_callback_ids: HashMap::new(),
             board_ids: HashMap::new(),
             dead_tbs: 0,
+            plan_version: 0,
+            stale_entries: 0,
         }
     }
 
@@ -260,6 +273,8 @@ impl<Op: Copy> Generation<Op> {
         self.mem_callback_ids.clear();
         self.board_ids.clear();
         self.dead_tbs = 0;
+        self.plan_version = 0;
+        self.stale_entries = 0;
     }
 
     #[inline]
@@ -337,22 +352,7 @@ impl<Op: Copy> Generation<Op> {
         let ops_start = idx(self.ops.len());
         self.ops.extend_from_slice(ops);
         self.raws.extend_from_slice(raws);
-        let (mode, instr_start, instr_len) = match plan {
-            Some(plan) if tally_only(plan) => {
-                let (start, len) = self.compile_tally(plan, ops.len());
-                (ExecMode::Tally, start, len)
-            }
-            Some(plan) => {
-                let (start, len) = self.compile(plan, ops.len());
-                let mode = if plan.insns.iter().any(|i| !i.mem.is_empty()) {
-                    ExecMode::StepsWithMemory
-                } else {
-                    ExecMode::Steps
-                };
-                (mode, start, len)
-            }
-            None => (ExecMode::Plain, NONE, 0),
-        };
+        let (mode, instr_start, instr_len) = self.compile_plan(plan, ops.len());
         self.tbs.push(TbHeader {
             pc,
             flags,
@@ -363,6 +363,7 @@ impl<Op: Copy> Generation<Op> {
             instr_start,
             instr_len,
             dead: false,
+            plan_version: self.plan_version,
             chain_pc: [u64::MAX; 2],
             chain_tb: [NONE; 2],
         });
@@ -384,6 +385,80 @@ impl<Op: Copy> Generation<Op> {
             }
         }
         id
+    }
+
+    /// Compiles the instrumentation of a block of `insns` instructions;
+    /// returns how it runs and its range in `hooks` or `tallies`.
+    fn compile_plan(&mut self, plan: Option<&TbPlan>, insns: usize) -> (ExecMode, u32, u32) {
+        match plan {
+            Some(plan) if tally_only(plan) => {
+                let (start, len) = self.compile_tally(plan, insns);
+                (ExecMode::Tally, start, len)
+            }
+            Some(plan) => {
+                let (start, len) = self.compile(plan, insns);
+                let mode = if plan.insns.iter().any(|i| !i.mem.is_empty()) {
+                    ExecMode::StepsWithMemory
+                } else {
+                    ExecMode::Steps
+                };
+                (mode, start, len)
+            }
+            None => (ExecMode::Plain, NONE, 0),
+        }
+    }
+
+    /// Replaces the instrumentation of block `id` (planned under an older
+    /// `plan_version`) with `plan`, keeping its decoded ops, its index entry
+    /// and its chain links. The old instrumentation stays in the arrays as
+    /// garbage (counted in `stale_entries`): nothing refers to it any more.
+    pub(crate) fn replan(&mut self, id: u32, plan: Option<&TbPlan>) {
+        let Some(&old) = self.tbs.get(id as usize) else {
+            return;
+        };
+        self.stale_entries += self.instrumentation_entries(&old);
+        let insns = old.ops_end.saturating_sub(old.ops_start) as usize;
+        let (mode, instr_start, instr_len) = self.compile_plan(plan, insns);
+        let version = self.plan_version;
+        if let Some(tb) = self.tbs.get_mut(id as usize) {
+            tb.mode = mode;
+            tb.instr_start = instr_start;
+            tb.instr_len = instr_len;
+            tb.plan_version = version;
+        }
+    }
+
+    /// Entries of the instrumentation arrays that block `tb` uses.
+    fn instrumentation_entries(&self, tb: &TbHeader) -> usize {
+        let start = tb.instr_start as usize;
+        let range = start..start + tb.instr_len as usize;
+        match tb.mode {
+            ExecMode::Plain => 0,
+            ExecMode::Tally => {
+                let insns = tb.ops_end.saturating_sub(tb.ops_start) as usize;
+                tb.instr_len as usize * (1 + insns)
+            }
+            ExecMode::Steps | ExecMode::StepsWithMemory => {
+                let hooks = self.hooks.get(range).unwrap_or_default();
+                hooks.len()
+                    + hooks
+                        .iter()
+                        .map(|h| usize::from(h.actions_len) + usize::from(h.mem_len))
+                        .sum::<usize>()
+            }
+        }
+    }
+
+    /// True once re-planning left more garbage than a flush is worth
+    /// keeping: several times the live instrumentation, and not tiny.
+    pub(crate) fn mostly_stale(&self) -> bool {
+        let total = self.hooks.len()
+            + self.actions.len()
+            + self.mem_actions.len()
+            + self.tallies.len()
+            + self.tally_sums.len();
+        let live = total.saturating_sub(self.stale_entries);
+        self.stale_entries > 8 * live + (1 << 16)
     }
 
     fn callback_index(&mut self, cb: &InsnCallback) -> u32 {

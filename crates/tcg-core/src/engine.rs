@@ -50,6 +50,7 @@ const OFFLINE: u64 = u64::MAX;
 
 const PENDING_EXIT: u32 = 1;
 const PENDING_FLUSH: u32 = 2;
+const PENDING_REINSTRUMENT: u32 = 4;
 
 /// Requests that may come from any thread, checked at block boundaries.
 #[derive(Default)]
@@ -75,16 +76,25 @@ impl fmt::Debug for ExitHandle {
     }
 }
 
-/// Asks an engine to flush all translations at its next safe point (after
-/// the executing instruction). Cloneable and usable from any thread or
-/// callback; this is how a plugin layer implements `reset`.
+/// Asks an engine to flush all translations, or to re-instrument them, at
+/// its next safe point (after the executing instruction). Cloneable and
+/// usable from any thread or callback; this is how a plugin layer
+/// implements `reset` and `uninstall`.
 #[derive(Clone)]
 pub struct FlushHandle(Arc<Signals>);
 
 impl FlushHandle {
-    /// Requests the flush.
+    /// Requests a flush ([`Engine::flush`]).
     pub fn request_flush(&self) {
         self.0.pending.fetch_or(PENDING_FLUSH, Ordering::Release);
+    }
+
+    /// Requests a re-instrumentation ([`Engine::reinstrument`]); a flush
+    /// requested too is enough for both.
+    pub fn request_reinstrument(&self) {
+        self.0
+            .pending
+            .fetch_or(PENDING_REINSTRUMENT, Ordering::Release);
     }
 }
 
@@ -230,6 +240,11 @@ pub struct EngineStats {
     pub insns_executed: u64,
     /// Mass flushes performed.
     pub flushes: u64,
+    /// Re-instrumentations performed ([`Engine::reinstrument`]).
+    pub reinstrumentations: u64,
+    /// Blocks whose instrumentation was planned again after a
+    /// re-instrumentation (their decoded code was kept).
+    pub tbs_replanned: u64,
     /// Blocks dropped by range invalidation.
     pub tbs_invalidated: u64,
     /// Generations alive: the current one plus retired ones not yet freed.
@@ -399,21 +414,51 @@ impl<F: Frontend> Engine<F> {
         }
     }
 
-    /// Performs a flush requested through a [`FlushHandle`] (or a callback)
-    /// now instead of at the next block boundary; returns whether there was
-    /// one. For embedders at a safe point of their own, e.g. before the
-    /// guest exits, so a plugin's reset completes. A pending exit request is
-    /// left in place.
-    pub fn flush_if_requested(&mut self) -> bool {
-        let before = self
-            .signals
-            .pending
-            .fetch_and(!PENDING_FLUSH, Ordering::Acquire);
-        let requested = before & PENDING_FLUSH != 0;
-        if requested {
+    /// Starts planning every block's instrumentation afresh, keeping the
+    /// decoded code: what a plugin reset or uninstall needs, since the guest
+    /// code did not change. O(1): each cached block is planned again (with
+    /// [`Instrumentation::translate`]) when it is next entered, and keeps
+    /// its place in the cache, the jump caches and the chains. The
+    /// instrumentation is told through [`Instrumentation::flushed`], as for
+    /// a flush: from its side, every block is translated again.
+    ///
+    /// The superseded instrumentation stays allocated, with the callbacks it
+    /// holds, until the generation is retired; once it outweighs the live
+    /// instrumentation several times over, this flushes instead.
+    pub fn reinstrument(&mut self) {
+        if self.current.plan_version == u32::MAX || self.current.mostly_stale() {
             self.flush();
+            return;
         }
-        requested
+        self.current.plan_version += 1;
+        self.stats.reinstrumentations += 1;
+        if let Some(instr) = &self.instrumentation {
+            instr.flushed();
+        }
+    }
+
+    /// Performs a flush or re-instrumentation requested through a
+    /// [`FlushHandle`] (or a callback) now instead of at the next block
+    /// boundary; returns whether there was one. For embedders at a safe
+    /// point of their own, e.g. before the guest exits, so a plugin's reset
+    /// completes. A pending exit request is left in place.
+    pub fn flush_if_requested(&mut self) -> bool {
+        let code = PENDING_FLUSH | PENDING_REINSTRUMENT;
+        let before = self.signals.pending.fetch_and(!code, Ordering::Acquire);
+        self.apply_code_requests(before)
+    }
+
+    /// Performs the flush or re-instrumentation named in `pending` bits;
+    /// returns whether there was one.
+    fn apply_code_requests(&mut self, pending: u32) -> bool {
+        if pending & PENDING_FLUSH != 0 {
+            self.flush();
+        } else if pending & PENDING_REINSTRUMENT != 0 {
+            self.reinstrument();
+        } else {
+            return false;
+        }
+        true
     }
 
     fn retire_current(&mut self) {
@@ -566,8 +611,7 @@ impl<F: Frontend> Engine<F> {
             }
             if self.signals.pending.load(Ordering::Relaxed) != 0 {
                 let pending = self.signals.pending.swap(0, Ordering::Acquire);
-                if pending & PENDING_FLUSH != 0 {
-                    self.flush();
+                if self.apply_code_requests(pending) {
                     vcpu.announce(self.current.id);
                 }
                 if pending & PENDING_EXIT != 0 {
@@ -595,6 +639,12 @@ impl<F: Frontend> Engine<F> {
                     }
                 }
             };
+            if tb.plan_version != self.current.plan_version {
+                // Cached before a re-instrumentation: plan it again, then
+                // look it up anew (through the same chain slot).
+                self.replan(tb_id);
+                continue;
+            }
             let current = &self.current;
             prev = tb_id;
             blocks += 1;
@@ -661,6 +711,9 @@ impl<F: Frontend> Engine<F> {
     fn block_requests(&mut self, vcpu: &mut Vcpu, requests: Requests) {
         if requests.flush {
             self.flush();
+            vcpu.announce(self.current.id);
+        } else if requests.reinstrument {
+            self.reinstrument();
             vcpu.announce(self.current.id);
         }
         if requests.exit {
@@ -775,36 +828,7 @@ impl<F: Frontend> Engine<F> {
             }
         }
         let size = u32::try_from(at.wrapping_sub(pc)).unwrap_or(u32::MAX);
-        let mut planned = false;
-        if let Some(instr) = &self.instrumentation {
-            self.scratch_plan.reset(self.scratch_insns.len());
-            let frontend = &self.frontend;
-            let disassembler = |raw: &[u8], pc: u64| frontend.disassemble(raw, pc);
-            let view = TbView {
-                pc,
-                flags,
-                size: u64::from(size),
-                insns: &self.scratch_insns,
-                disassembler: &disassembler,
-                register_names: frontend.register_names(),
-            };
-            instr.translate(&view, &mut self.scratch_plan);
-            // The instrumentation may not resize the instruction list.
-            self.scratch_plan.insns.truncate(self.scratch_insns.len());
-            self.scratch_plan
-                .insns
-                .resize_with(self.scratch_insns.len(), Default::default);
-            // Memory actions on an instruction that never accesses memory
-            // could never run: dropping them lets such instructions (most
-            // of them, for a plugin that watches every instruction's
-            // accesses) run without a hook.
-            for (insn, op) in self.scratch_plan.insns.iter_mut().zip(&self.scratch_ops) {
-                if !op.accesses_memory {
-                    insn.mem.clear();
-                }
-            }
-            planned = !self.scratch_plan.is_empty();
-        }
+        let planned = self.plan_block(pc, flags, size);
         let plan = planned.then_some(&self.scratch_plan);
         let id = self
             .current
@@ -817,6 +841,74 @@ impl<F: Frontend> Engine<F> {
             events.block_translated(pc, count(self.scratch_ops.len()), size);
         }
         Ok(id)
+    }
+
+    /// Asks the instrumentation for the plan of the block described by
+    /// `scratch_insns` and `scratch_ops` into `scratch_plan`; returns
+    /// whether anything was attached.
+    fn plan_block(&mut self, pc: u64, flags: u32, size: u32) -> bool {
+        let Some(instr) = &self.instrumentation else {
+            return false;
+        };
+        self.scratch_plan.reset(self.scratch_insns.len());
+        let frontend = &self.frontend;
+        let disassembler = |raw: &[u8], pc: u64| frontend.disassemble(raw, pc);
+        let view = TbView {
+            pc,
+            flags,
+            size: u64::from(size),
+            insns: &self.scratch_insns,
+            disassembler: &disassembler,
+            register_names: frontend.register_names(),
+        };
+        instr.translate(&view, &mut self.scratch_plan);
+        // The instrumentation may not resize the instruction list.
+        self.scratch_plan.insns.truncate(self.scratch_insns.len());
+        self.scratch_plan
+            .insns
+            .resize_with(self.scratch_insns.len(), Default::default);
+        // Memory actions on an instruction that never accesses memory
+        // could never run: dropping them lets such instructions (most
+        // of them, for a plugin that watches every instruction's
+        // accesses) run without a hook.
+        for (insn, op) in self.scratch_plan.insns.iter_mut().zip(&self.scratch_ops) {
+            if !op.accesses_memory {
+                insn.mem.clear();
+            }
+        }
+        !self.scratch_plan.is_empty()
+    }
+
+    /// Plans block `id` again after a re-instrumentation, from its cached
+    /// ops: no fetch, no decode, and it keeps its id.
+    #[cold]
+    #[inline(never)]
+    fn replan(&mut self, id: u32) {
+        let Some(&tb) = self.current.tbs.get(id as usize) else {
+            return;
+        };
+        self.scratch_ops.clear();
+        self.scratch_raws.clear();
+        self.scratch_insns.clear();
+        let range = tb.ops_start as usize..tb.ops_end as usize;
+        let (Some(ops), Some(raws)) = (
+            self.current.ops.get(range.clone()),
+            self.current.raws.get(range),
+        ) else {
+            return;
+        };
+        self.scratch_ops.extend_from_slice(ops);
+        self.scratch_insns
+            .extend(ops.iter().zip(raws).map(|(op, &raw)| InsnInfo {
+                pc: tb.pc.wrapping_add(u64::from(op.offset)),
+                len: op.len,
+                raw,
+            }));
+        let planned = self.plan_block(tb.pc, tb.flags, tb.size);
+        self.current
+            .replan(id, planned.then_some(&self.scratch_plan));
+        self.scratch_plan.reset(0);
+        self.stats.tbs_replanned += 1;
     }
 
     /// The uninstrumented loop: no callbacks, no dynamic dispatch. Nothing

@@ -411,13 +411,14 @@ pub(crate) type RegisterReader<'a> = dyn Fn(&str) -> Option<u64> + 'a;
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Requests {
     pub(crate) flush: bool,
+    pub(crate) reinstrument: bool,
     pub(crate) exit: bool,
 }
 
 impl Requests {
     #[inline(always)]
     pub(crate) fn any(self) -> bool {
-        self.flush | self.exit
+        self.flush | self.reinstrument | self.exit
     }
 }
 
@@ -463,6 +464,12 @@ impl CallbackContext<'_> {
     /// safe point: after the current instruction and its memory callbacks.
     pub fn request_flush(&mut self) {
         self.requests.flush = true;
+    }
+    /// Asks for a re-instrumentation of all translated blocks
+    /// ([`crate::Engine::reinstrument`]), at the same safe point as
+    /// [`CallbackContext::request_flush`].
+    pub fn request_reinstrument(&mut self) {
+        self.requests.reinstrument = true;
     }
     /// Asks the vCPU to leave [`crate::Engine::run`] with
     /// [`crate::CpuExit::ExitRequested`] after the current instruction.

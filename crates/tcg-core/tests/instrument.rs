@@ -423,11 +423,38 @@ struct Storm {
     flushes: AtomicU64,
     every: u64,
     from: ResetFrom,
+    retire: Retire,
     handle: OnceLock<FlushHandle>,
 }
 
+/// What a reset asks of the engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Retire {
+    /// A flush: every block is decoded again.
+    Flush,
+    /// A re-instrumentation: blocks keep their code and are planned again.
+    Reinstrument,
+}
+
 impl Storm {
-    fn new(every: u64, from: ResetFrom) -> Arc<Self> {
+    fn request(&self, ctx: &mut CallbackContext<'_>) {
+        match self.retire {
+            Retire::Flush => ctx.request_flush(),
+            Retire::Reinstrument => ctx.request_reinstrument(),
+        }
+    }
+
+    fn request_through_handle(&self) {
+        let handle = self.handle.get().expect("handle");
+        match self.retire {
+            Retire::Flush => handle.request_flush(),
+            Retire::Reinstrument => handle.request_reinstrument(),
+        }
+    }
+}
+
+impl Storm {
+    fn new(every: u64, from: ResetFrom, retire: Retire) -> Arc<Self> {
         Arc::new(Storm {
             insn_calls: AtomicU64::new(0),
             load_calls: AtomicU64::new(0),
@@ -439,6 +466,7 @@ impl Storm {
             flushes: AtomicU64::new(0),
             every,
             from,
+            retire,
             handle: OnceLock::new(),
         })
     }
@@ -465,10 +493,8 @@ impl Instrumentation for StormInstr {
                         let k = st.load_calls.load(Relaxed) + 1;
                         if k % st.every == 0 {
                             match st.from {
-                                ResetFrom::InsnCallback => ctx.request_flush(),
-                                ResetFrom::Handle => {
-                                    st.handle.get().expect("handle").request_flush()
-                                }
+                                ResetFrom::InsnCallback => st.request(ctx),
+                                ResetFrom::Handle => st.request_through_handle(),
                                 ResetFrom::MemCallback => {}
                             }
                             if st.from != ResetFrom::MemCallback {
@@ -497,7 +523,7 @@ impl Instrumentation for StormInstr {
                                 st.bad_values.fetch_add(1, Relaxed);
                             }
                             if st.from == ResetFrom::MemCallback && k % st.every == 0 {
-                                ctx.request_flush();
+                                st.request(ctx);
                                 st.resets.fetch_add(1, Relaxed);
                             }
                         }
@@ -513,10 +539,15 @@ impl Instrumentation for StormInstr {
 }
 
 fn storm(every: u64, from: ResetFrom) {
+    storm_retiring(every, from, Retire::Flush);
+    storm_retiring(every, from, Retire::Reinstrument);
+}
+
+fn storm_retiring(every: u64, from: ResetFrom, retire: Retire) {
     const N: u64 = 2000;
     let mut mem = machine(&storm_program(N as i32));
     let mut engine = Engine::new(Toy);
-    let st = Storm::new(every, from);
+    let st = Storm::new(every, from, retire);
     st.handle.set(engine.flush_handle()).expect("set once");
     engine.set_instrumentation(Some(Arc::new(StormInstr(st.clone()))));
     let mut cpu = cpu_at(CODE);
@@ -525,7 +556,7 @@ fn storm(every: u64, from: ResetFrom) {
     assert_eq!(cpu.x[3], N, "guest result unchanged");
 
     let stats = engine.stats();
-    let label = format!("every {every} from {from:?}");
+    let label = format!("every {every} from {from:?} by {retire:?}");
     assert_eq!(st.insn_calls.load(Relaxed), stats.insns_executed, "{label}");
     assert_eq!(stats.insns_executed, loop_insns(N), "{label}");
     // One load per iteration (the prologue has none).
@@ -540,7 +571,22 @@ fn storm(every: u64, from: ResetFrom) {
         resets,
         "one flush per reset: {label}"
     );
-    assert!(stats.tbs_translated > resets, "{label}");
+    match retire {
+        // Installing the instrumentation flushed once.
+        Retire::Flush => {
+            assert_eq!(stats.flushes, resets + 1, "{label}");
+            assert!(stats.tbs_translated > resets, "{label}");
+        }
+        Retire::Reinstrument => {
+            // Blocks keep their decoded code: besides the loop, only the
+            // block that starts after the load (where each reset stops
+            // the executing block) is ever translated.
+            assert_eq!(stats.flushes, 1, "{label}");
+            assert_eq!(stats.reinstrumentations, resets, "{label}");
+            assert!(stats.tbs_translated <= 8, "{label}: {stats:?}");
+            assert!(stats.tbs_replanned >= resets, "{label}: {stats:?}");
+        }
+    }
     assert_eq!(
         stats.live_generations, 1,
         "retired generations reclaimed: {label}"
@@ -808,4 +854,49 @@ fn reclaiming_a_generation_releases_its_callbacks_even_when_its_memory_is_reused
     engine.set_instrumentation(None);
     drop(instr);
     assert_eq!(Arc::strong_count(&cb), 1);
+}
+
+#[test]
+fn reinstrumentation_keeps_code_and_bounds_the_superseded_plans() {
+    let mut mem = machine(&loop_program(10));
+    let mut engine = Engine::new(Toy);
+    let calls = Arc::new(AtomicU64::new(0));
+    let cb = counter_cb(&calls);
+    let instr = install(&mut engine, move |_tb, plan| {
+        for insn in plan.insns_mut() {
+            insn.on_execute(Action::Callback(cb.clone()));
+        }
+    });
+    let mut cpu = cpu_at(CODE);
+    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
+    let first = engine.stats();
+    let mut peak_bytes = first.current_bytes;
+    const ROUNDS: u64 = 5000;
+    for _ in 0..ROUNDS {
+        engine.reinstrument();
+        let mut cpu = cpu_at(CODE);
+        assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
+        peak_bytes = peak_bytes.max(engine.stats().current_bytes);
+    }
+    let stats = engine.stats();
+    // Every run was fully instrumented, each block planned afresh.
+    assert_eq!(calls.load(Relaxed), (ROUNDS + 1) * loop_insns(10));
+    assert_eq!(
+        instr.flushes.load(Relaxed),
+        ROUNDS,
+        "the instrumentation hears of each"
+    );
+    assert_eq!(
+        stats.tbs_replanned + stats.tbs_translated,
+        instr.translations.load(Relaxed)
+    );
+    // Garbage from superseded plans was bounded by occasional flushes
+    // (the rest kept the decoded code).
+    assert!(stats.flushes > first.flushes, "never flushed: {stats:?}");
+    assert!(stats.reinstrumentations > stats.flushes * 100, "{stats:?}");
+    assert!(
+        stats.tbs_translated < stats.tbs_replanned / 100,
+        "{stats:?}"
+    );
+    assert!(peak_bytes < 16 << 20, "peak {peak_bytes} bytes");
 }
