@@ -112,7 +112,7 @@ pub(crate) struct Tally {
 /// and a range of `Generation::mem_actions`. The instrumented loop walks
 /// the block's ops as the plain loop does, with these hooks alongside, so an
 /// instruction with nothing attached costs two tests of zero.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct InsnHook {
     pub(crate) actions_start: u32,
     pub(crate) mem_start: u32,
@@ -120,6 +120,10 @@ pub(crate) struct InsnHook {
     pub(crate) mem_len: u16,
     /// Some memory action is a callback (which may request a flush or exit).
     pub(crate) mem_calls: bool,
+    /// If the actions are exactly one [`CompiledAction::Call`], its callback
+    /// (the common case of one instruction-callback plugin): the loop calls
+    /// it without walking the action list. [`NONE`] otherwise.
+    pub(crate) sole_call: u32,
 }
 
 /// A compiled [`Action`]. Callbacks and scoreboards are referenced by index
@@ -645,10 +649,17 @@ impl<Op: Copy> Generation<Op> {
             let compiled = self.compile_action(action);
             self.actions.push(compiled);
         }
+        let sole_call = match self.actions.get(actions_start as usize..) {
+            Some([CompiledAction::Call { cb }]) => *cb,
+            _ => NONE,
+        };
         InsnHook {
             actions_start,
             actions_len: len16(actions.len()),
-            ..InsnHook::default()
+            mem_start: 0,
+            mem_len: 0,
+            mem_calls: false,
+            sole_call,
         }
     }
 

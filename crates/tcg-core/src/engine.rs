@@ -1019,7 +1019,13 @@ impl<F: Frontend> Engine<F> {
         let mut executed = 0u32;
         for (op, hook) in ops.iter().zip(hooks) {
             let pc = base.wrapping_add(u64::from(op.offset));
-            if hook.actions_len != 0 {
+            if hook.sole_call != NONE {
+                called = true;
+                F::set_pc(cpu, pc);
+                if let Some(cb) = generation.callbacks.get(hook.sole_call as usize) {
+                    call::<F>(cb, vcpu, pc, cpu, access.mem, &mut access.requests);
+                }
+            } else if hook.actions_len != 0 {
                 called |= Self::run_actions(generation, hook, vcpu, pc, cpu, &mut access);
             }
             executed += 1;
@@ -1137,6 +1143,7 @@ const EMPTY_HOOK: InsnHook = InsnHook {
     actions_len: 0,
     mem_len: 0,
     mem_calls: false,
+    sole_call: NONE,
 };
 
 /// An instruction count within one block (at most `MAX_BLOCK_INSNS`).

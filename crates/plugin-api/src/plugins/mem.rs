@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use tcgkit_tcg_core::{InlineKind, MemFilter, Scoreboard};
+use tcgkit_tcg_core::{InlineKind, MemAccessInfo, MemFilter, Scoreboard};
 
 use crate::{Access, GuestInfo, Plugin, PluginArgs, PluginError, PluginHandle};
 
@@ -99,25 +99,26 @@ impl Plugin for MemCount {
                     continue;
                 }
                 let board = Arc::clone(&me.board);
-                let trace = me.trace.then(|| (out.clone(), insn.disassembly()));
+                let slot = |access: &MemAccessInfo| if access.is_store { STORES } else { LOADS };
+                if !me.trace {
+                    // The counting callback alone: the common case stays small.
+                    insn.on_mem(me.filter, Access::NONE, move |ctx, access| {
+                        super::bump(&board, ctx.vcpu(), slot(access), 1);
+                    });
+                    continue;
+                }
+                let (out, disas) = (out.clone(), insn.disassembly());
                 insn.on_mem(me.filter, Access::NONE, move |ctx, access| {
-                    super::bump(
-                        &board,
-                        ctx.vcpu(),
-                        if access.is_store { STORES } else { LOADS },
-                        1,
-                    );
-                    if let Some((out, disas)) = &trace {
-                        out.outs(&format!(
-                            "{:#x}, {disas}, {:#x}, {}{}, {}, {:#x}\n",
-                            ctx.pc(),
-                            access.addr,
-                            if access.sign_extended { "s" } else { "" },
-                            access.size * 8,
-                            if access.is_store { "store" } else { "load" },
-                            access.value
-                        ));
-                    }
+                    super::bump(&board, ctx.vcpu(), slot(access), 1);
+                    out.outs(&format!(
+                        "{:#x}, {disas}, {:#x}, {}{}, {}, {:#x}\n",
+                        ctx.pc(),
+                        access.addr,
+                        if access.sign_extended { "s" } else { "" },
+                        access.size * 8,
+                        if access.is_store { "store" } else { "load" },
+                        access.value
+                    ));
                 });
             }
         });
