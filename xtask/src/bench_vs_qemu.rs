@@ -84,17 +84,24 @@ impl Config {
 }
 
 /// What a counting plugin reported; each side prints the same lines.
-#[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
+#[derive(Clone, Copy, Default, PartialEq, Debug)]
 struct Counts {
     insns: Option<u64>,
     loads: Option<u64>,
     stores: Option<u64>,
     blocks: Option<u64>,
+    /// The `reset` plugins: resets completed, and the mean and largest
+    /// number of blocks translated since the previous reset when one ran.
+    resets: Option<u64>,
+    cached_mean: Option<f64>,
+    cached_max: Option<u64>,
 }
 
 impl Counts {
-    /// Reads `total insns: N`, `loads: N`, `stores: N` and
-    /// `total: bbs: N, insns: N` lines; anything else is ignored.
+    /// Reads `total insns: N`, `loads: N`, `stores: N`,
+    /// `total: bbs: N, insns: N`, `resets: N` and
+    /// `blocks cached at reset: mean M, max N` lines; anything else is
+    /// ignored.
     fn parse(text: &str) -> Counts {
         let mut counts = Counts::default();
         let number = |s: &str| s.trim().parse::<u64>().ok();
@@ -110,6 +117,13 @@ impl Counts {
                 if let Some((bbs, insns)) = rest.split_once(", insns:") {
                     counts.blocks = number(bbs);
                     counts.insns = number(insns);
+                }
+            } else if let Some(n) = line.strip_prefix("resets:") {
+                counts.resets = number(n);
+            } else if let Some(rest) = line.strip_prefix("blocks cached at reset: mean") {
+                if let Some((mean, max)) = rest.split_once(", max") {
+                    counts.cached_mean = mean.trim().parse::<f64>().ok().filter(|m| m.is_finite());
+                    counts.cached_max = number(max);
                 }
             }
         }
@@ -249,15 +263,23 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
             bail!("--only matched no workload");
         }
     }
-    let support = probe_tcgkit(root, &tcgkit)?;
     let scratch = layout
         .dir
         .parent()
         .context("target directory")?
         .join("bench-vs-qemu");
     std::fs::create_dir_all(&scratch)?;
+    // Measure a private copy: a `cargo build` elsewhere in the tree during
+    // the run replaces target/release/tcgkit, and there is a moment when it
+    // does not exist.
+    let private = scratch.join("tcgkit-under-test");
+    std::fs::copy(&tcgkit, &private)
+        .with_context(|| format!("copying {} to {}", tcgkit.display(), private.display()))?;
+    let tcgkit = private;
+    let support = probe_tcgkit(root, &tcgkit)?;
 
     let mut cells = Vec::new();
+    let mut resets = Vec::new();
     for (index, workload) in workloads.iter().enumerate() {
         for config in CONFIGS {
             eprintln!("bench-vs-qemu: {} / {} ...", workload.name, config.label());
@@ -284,11 +306,24 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
             }
             cells.push(cell);
         }
+        eprintln!("bench-vs-qemu: {} / reset ...", workload.name);
+        resets.push(reset::measure(
+            &reset::Sides {
+                plugins: &plugins,
+                tcgkit: support.reset.is_none().then_some(tcgkit.as_path()),
+                scratch: &scratch,
+            },
+            index,
+            workload,
+            options.runs,
+            support.reset.clone(),
+        )?);
     }
 
     let report = Report {
         workloads: &workloads,
         cells: &cells,
+        resets: &resets,
         runs: options.runs,
         command: command_line(args),
     };
@@ -401,6 +436,20 @@ fn probe_qemu(root: &Path, plugins: &Path) -> Result<()> {
             );
         }
     }
+    let _ = std::fs::remove_file(log.join("qemu-plugin.log"));
+    let plugin = Some(("reset", reset::qemu_args(reset::PROBE_EVERY)));
+    let out = qemu_plugin_command(plugins, plugin, &guest, &log)
+        .stdin(Stdio::null())
+        .output()
+        .context("running qemu-riscv64 with the reset plugin")?;
+    let text = std::fs::read_to_string(log.join("qemu-plugin.log")).unwrap_or_default();
+    if !out.status.success() || !reset::reported(&Counts::parse(&text)) {
+        bail!(
+            "qemu-riscv64 with the `reset` plugin failed ({}); its log: {text:?}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     let _ = std::fs::remove_dir_all(&log);
     Ok(())
 }
@@ -467,6 +516,8 @@ fn workloads(root: &Path, layout: &Layout) -> Vec<Workload> {
 /// each on a tiny guest; the reason it does not, per configuration.
 struct Support {
     reasons: Vec<(Config, String)>,
+    /// Why the reset measurement cannot run on tcgkit, if it cannot.
+    reset: Option<String>,
 }
 
 impl Support {
@@ -519,13 +570,46 @@ fn probe_tcgkit(root: &Path, tcgkit: &Path) -> Result<Support> {
             ));
         }
     }
+    let reset = if flags {
+        let spec = reset::tcgkit_spec(reset::PROBE_EVERY);
+        let _ = std::fs::remove_file(&out);
+        let status = Command::new(tcgkit)
+            .args(["run", "--plugin", &spec, "--plugin-out"])
+            .arg(&out)
+            .arg(&guest)
+            .arg("exit=0")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .context("probing the tcgkit reset plugin")?;
+        let counts = Counts::parse(&std::fs::read_to_string(&out).unwrap_or_default());
+        (!status.success() || !reset::reported(&counts)).then(|| {
+            format!("`--plugin {spec}` did not run or report resets and counts ({status})")
+        })
+    } else {
+        Some("tcgkit run has no --plugin/--plugin-out yet".to_owned())
+    };
     let _ = std::fs::remove_file(&out);
-    Ok(Support { reasons })
+    Ok(Support { reasons, reset })
 }
 
 fn qemu_command(plugins: &Path, config: Config, workload: &Workload, scratch: &Path) -> Command {
+    let plugin = config
+        .qemu_plugin()
+        .map(|(lib, args)| (lib, args.to_owned()));
+    qemu_plugin_command(plugins, plugin, workload, scratch)
+}
+
+/// qemu-riscv64 running `workload`, with the C plugin `lib` (a library stem
+/// under `plugins`) and its `,key=value` arguments if given.
+fn qemu_plugin_command(
+    plugins: &Path,
+    plugin: Option<(&str, String)>,
+    workload: &Workload,
+    scratch: &Path,
+) -> Command {
     let mut cmd = Command::new(QEMU);
-    if let Some((lib, args)) = config.qemu_plugin() {
+    if let Some((lib, args)) = plugin {
         let path = plugins.join(format!("lib{lib}.so"));
         cmd.arg("-plugin").arg(format!("{}{args}", path.display()));
         // Plugin output goes to QEMU's log, enabled by `-d plugin`.
@@ -540,9 +624,19 @@ fn qemu_command(plugins: &Path, config: Config, workload: &Workload, scratch: &P
 }
 
 fn tcgkit_command(tcgkit: &Path, config: Config, workload: &Workload, scratch: &Path) -> Command {
+    tcgkit_plugin_command(tcgkit, config.tcgkit_plugin(), workload, scratch)
+}
+
+/// `tcgkit run` of `workload`, with `--plugin SPEC` if given.
+fn tcgkit_plugin_command(
+    tcgkit: &Path,
+    spec: Option<&str>,
+    workload: &Workload,
+    scratch: &Path,
+) -> Command {
     let mut cmd = Command::new(tcgkit);
     cmd.arg("run");
-    if let Some(spec) = config.tcgkit_plugin() {
+    if let Some(spec) = spec {
         cmd.args(["--plugin", spec, "--plugin-out"])
             .arg(scratch.join("tcgkit-plugin.log"));
     }
@@ -615,6 +709,7 @@ fn measure(side: &mut Side, mut cmd: Command, workload: &Workload, log: &Path) -
 struct Report<'a> {
     workloads: &'a [Workload],
     cells: &'a [Cell],
+    resets: &'a [reset::ResetCell],
     runs: usize,
     command: String,
 }
@@ -663,6 +758,13 @@ impl Report<'_> {
             } else if cell.config != Config::Bare {
                 found.push(format!("{name}: a side reported no counts"));
             }
+        }
+        for cell in self.resets {
+            let name = self
+                .workloads
+                .get(cell.workload)
+                .map_or("?", |w| w.name.as_str());
+            found.extend(cell.disagreements(name));
         }
         found
     }
@@ -853,6 +955,9 @@ impl Report<'_> {
                 ns(tn)
             )?;
         }
+        if !self.resets.is_empty() {
+            s.push_str(&reset::markdown(self.workloads, self.resets)?);
+        }
         let unavailable: Vec<String> = CONFIGS
             .iter()
             .filter_map(|c| {
@@ -972,6 +1077,332 @@ fn write_section(path: &Path, body: &str) -> Result<()> {
         ),
     };
     std::fs::write(path, new).with_context(|| format!("writing {}", path.display()))
+}
+
+mod reset {
+    //! The cost of one reset requested from inside a callback. Each side
+    //! runs its `reset` plugin on the same workload twice: never resetting
+    //! (`every=0`) and resetting every N guest instructions from a block
+    //! execution callback, registering everything again in the completion.
+    //! Cost per reset = (median time resetting - median time with
+    //! `every=0`) / resets: the flush and the re-translation it causes. The
+    //! plugins trigger on instruction counts, which do not depend on where
+    //! each translator ends its blocks, so both sides must agree on the
+    //! number of resets as well as on the instructions.
+
+    use super::{Counts, Side, Workload, median, qemu_plugin_command, tcgkit_plugin_command};
+    use anyhow::Result;
+    use std::fmt::Write as _;
+    use std::path::Path;
+
+    /// Resets a measured run aims at, so their cost stands out of the noise
+    /// (QEMU's cost about a millisecond each on the real-world workloads).
+    const TARGET_RESETS: u64 = 2_000;
+    /// The fewest instructions between two resets: more than a block holds
+    /// (QEMU stops a block at 512 instructions), so no block skips a
+    /// threshold on one side only.
+    const MIN_EVERY: u64 = 10_000;
+    /// `every` of the probes, whose guest runs a few tens of thousands of
+    /// instructions.
+    pub const PROBE_EVERY: u64 = 1_000;
+
+    /// The C plugin's arguments (appended to its library path).
+    pub fn qemu_args(every: u64) -> String {
+        format!(",every={every}")
+    }
+
+    /// The tcgkit `--plugin` argument.
+    pub fn tcgkit_spec(every: u64) -> String {
+        format!("reset,every={every}")
+    }
+
+    /// True when a reset plugin's report holds everything compared.
+    pub fn reported(counts: &Counts) -> bool {
+        counts.resets.is_some() && counts.insns.is_some() && counts.cached_mean.is_some()
+    }
+
+    /// Instructions between resets for a workload of `insns` instructions.
+    pub fn every_for(insns: u64) -> u64 {
+        (insns / TARGET_RESETS).max(MIN_EVERY)
+    }
+
+    /// Where the two emulators and their plugins are.
+    pub struct Sides<'a> {
+        pub plugins: &'a Path,
+        /// None when tcgkit cannot run the measurement.
+        pub tcgkit: Option<&'a Path>,
+        pub scratch: &'a Path,
+    }
+
+    /// One emulator's runs: never resetting, and resetting every N.
+    #[derive(Default)]
+    pub struct Pair {
+        pub base: Side,
+        pub reset: Side,
+    }
+
+    impl Pair {
+        /// Resets the resetting run completed.
+        pub fn resets(&self) -> Option<u64> {
+            self.reset.counts?.resets
+        }
+
+        /// Seconds one reset costs.
+        pub fn per_reset(&self) -> Option<f64> {
+            let resets = self.resets().filter(|r| *r > 0)?;
+            Some((self.reset.median()? - self.base.median()?) / resets as f64)
+        }
+
+        /// How far [`Pair::per_reset`] may be off: the spread (max - min) of
+        /// the runs of both kinds, halved, per reset. Needs two runs of each.
+        pub fn noise(&self) -> Option<f64> {
+            let resets = self.resets().filter(|r| *r > 0)?;
+            let spread = |side: &Side| {
+                let finite = || side.seconds.iter().copied().filter(|x| x.is_finite());
+                let max = finite().fold(f64::NEG_INFINITY, f64::max);
+                let min = finite().fold(f64::INFINITY, f64::min);
+                (finite().count() >= 2).then_some(max - min)
+            };
+            Some((spread(&self.base)? + spread(&self.reset)?) / 2.0 / resets as f64)
+        }
+
+        /// Problems and count mismatches within this side.
+        fn problems(&self, side: &str, every: u64, found: &mut Vec<String>) {
+            for problem in &self.base.problems {
+                found.push(format!("{side} every=0: {problem}"));
+            }
+            for problem in &self.reset.problems {
+                found.push(format!("{side} every={every}: {problem}"));
+            }
+            let base = self.base.counts.and_then(|c| c.insns);
+            let reset = self.reset.counts.and_then(|c| c.insns);
+            match (base, reset) {
+                (Some(b), Some(r)) if b != r => found.push(format!(
+                    "{side} counts {r} instructions when resetting, {b} without"
+                )),
+                (Some(_), Some(_)) => {}
+                _ => found.push(format!("{side} reported no counts")),
+            }
+            if self.resets().is_none() {
+                found.push(format!("{side} reported no resets"));
+            }
+        }
+    }
+
+    /// The reset measurement of one workload.
+    pub struct ResetCell {
+        pub workload: usize,
+        /// Guest instructions between resets (0: not measured).
+        pub every: u64,
+        pub qemu: Pair,
+        pub tcgkit: Option<Pair>,
+        /// Why tcgkit has no figures.
+        pub unavailable: Option<String>,
+    }
+
+    impl ResetCell {
+        /// Where the sides disagree, or a side disagrees with itself.
+        pub fn disagreements(&self, workload: &str) -> Vec<String> {
+            let mut found = Vec::new();
+            if self.every == 0 {
+                found.push("not measured: QEMU's plugin reported no instruction count".to_owned());
+            }
+            self.qemu.problems("QEMU", self.every, &mut found);
+            if let Some(ours) = &self.tcgkit {
+                ours.problems("tcgkit", self.every, &mut found);
+                for (label, q, t) in [
+                    ("every=0", &self.qemu.base, &ours.base),
+                    ("resetting", &self.qemu.reset, &ours.reset),
+                ] {
+                    if q.first_output != t.first_output {
+                        found.push(format!("{label}: guest output differs"));
+                    }
+                }
+                let insns = |s: &Side| s.counts.and_then(|c| c.insns);
+                if insns(&self.qemu.reset) != insns(&ours.reset) {
+                    found.push(format!(
+                        "instructions differ: QEMU {}, tcgkit {}",
+                        show(insns(&self.qemu.reset)),
+                        show(insns(&ours.reset))
+                    ));
+                }
+                if self.qemu.resets() != ours.resets() {
+                    found.push(format!(
+                        "resets differ: QEMU {}, tcgkit {}",
+                        show(self.qemu.resets()),
+                        show(ours.resets())
+                    ));
+                }
+            }
+            found
+                .into_iter()
+                .map(|d| format!("{workload} / reset: {d}"))
+                .collect()
+        }
+    }
+
+    fn show(v: Option<u64>) -> String {
+        v.map_or_else(|| "?".to_owned(), |v| v.to_string())
+    }
+
+    /// Runs `workload` `runs` times in each of the four ways, alternating
+    /// QEMU and tcgkit; N comes from QEMU's first instruction count.
+    pub fn measure(
+        sides: &Sides<'_>,
+        index: usize,
+        workload: &Workload,
+        runs: usize,
+        unavailable: Option<String>,
+    ) -> Result<ResetCell> {
+        let mut cell = ResetCell {
+            workload: index,
+            every: 0,
+            qemu: Pair::default(),
+            tcgkit: sides.tcgkit.map(|_| Pair::default()),
+            unavailable,
+        };
+        let qemu_log = sides.scratch.join("qemu-plugin.log");
+        let tcgkit_log = sides.scratch.join("tcgkit-plugin.log");
+        let qemu = |every: u64| {
+            let plugin = Some(("reset", qemu_args(every)));
+            qemu_plugin_command(sides.plugins, plugin, workload, sides.scratch)
+        };
+        for _ in 0..runs {
+            super::measure(&mut cell.qemu.base, qemu(0), workload, &qemu_log)?;
+            if cell.every == 0 {
+                match cell.qemu.base.counts.and_then(|c| c.insns) {
+                    Some(insns) => cell.every = every_for(insns),
+                    // Reported as a disagreement; nothing to compare.
+                    None => return Ok(cell),
+                }
+            }
+            if let (Some(tcgkit), Some(ours)) = (sides.tcgkit, cell.tcgkit.as_mut()) {
+                let cmd =
+                    tcgkit_plugin_command(tcgkit, Some(&tcgkit_spec(0)), workload, sides.scratch);
+                super::measure(&mut ours.base, cmd, workload, &tcgkit_log)?;
+            }
+            super::measure(&mut cell.qemu.reset, qemu(cell.every), workload, &qemu_log)?;
+            if let (Some(tcgkit), Some(ours)) = (sides.tcgkit, cell.tcgkit.as_mut()) {
+                let spec = tcgkit_spec(cell.every);
+                let cmd = tcgkit_plugin_command(tcgkit, Some(&spec), workload, sides.scratch);
+                super::measure(&mut ours.reset, cmd, workload, &tcgkit_log)?;
+            }
+        }
+        Ok(cell)
+    }
+
+    /// The section of the report: one row per workload, then the medians.
+    pub fn markdown(workloads: &[Workload], cells: &[ResetCell]) -> Result<String> {
+        let mut s = String::new();
+        writeln!(s, "\n### Reset from inside a callback\n")?;
+        writeln!(
+            s,
+            "Each side runs its `reset` plugin (`bench/qemu-plugins/reset.c` on \
+             QEMU, the bundled `reset` on tcgkit): an inline add per instruction \
+             and a callback on every block entry, which resets the plugin \
+             (`qemu_plugin_reset`, `PluginHandle::reset`) every N guest \
+             instructions; the completion registers everything again. Cost of \
+             one reset, flush and re-translation included = (median time \
+             resetting - median time with `every=0`) / resets, with N = \
+             max(instructions / {TARGET_RESETS}, {MIN_EVERY}). Blocks cached = \
+             blocks translated since the previous reset when a reset ran (mean; \
+             the flush drops them). QEMU/tcgkit = how many times cheaper a \
+             tcgkit reset is; with several runs, ± is half the spread of the \
+             runs per reset, and (≥) the ratio should tcgkit's cost be that much \
+             higher.\n"
+        )?;
+        writeln!(
+            s,
+            "| workload | N | resets QEMU / tcgkit | blocks cached QEMU / tcgkit | \
+             QEMU s (0 / N) | tcgkit s (0 / N) | QEMU µs/reset | tcgkit µs/reset | \
+             QEMU/tcgkit | agree |"
+        )?;
+        writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|:---:|")?;
+        let secs = |v: Option<f64>| v.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.3}"));
+        let micros =
+            |v: Option<f64>| v.map_or_else(|| "n/a".to_owned(), |v| format!("{:.1}", v * 1e6));
+        let cost = |p: Option<&Pair>| {
+            let cost = micros(p.and_then(Pair::per_reset));
+            match p.and_then(Pair::noise) {
+                Some(noise) => format!("{cost} ± {:.1}", noise * 1e6),
+                None => cost,
+            }
+        };
+        let cached = |p: Option<&Pair>| {
+            p.and_then(|p| p.reset.counts?.cached_mean)
+                .map_or_else(|| "n/a".to_owned(), |m| format!("{m:.1}"))
+        };
+        let (mut qemu_costs, mut our_costs) = (Vec::new(), Vec::new());
+        for cell in cells {
+            let name = workloads
+                .get(cell.workload)
+                .map_or("?", |w| w.name.as_str());
+            let ours = cell.tcgkit.as_ref();
+            let (q, t) = (cell.qemu.per_reset(), ours.and_then(Pair::per_reset));
+            qemu_costs.extend(q);
+            our_costs.extend(t);
+            let agree = match ours {
+                None => "n/a",
+                Some(_) if cell.disagreements(name).is_empty() => "yes",
+                Some(_) => "**NO**",
+            };
+            let times = |p: Option<&Pair>| match p {
+                Some(p) => format!("{} / {}", secs(p.base.median()), secs(p.reset.median())),
+                None => "n/a".to_owned(),
+            };
+            writeln!(
+                s,
+                "| {name} | {} | {} / {} | {} / {} | {} | {} | {} | {} | {} | {agree} |",
+                cell.every,
+                show(cell.qemu.resets()),
+                ours.map_or_else(|| "n/a".to_owned(), |p| show(p.resets())),
+                cached(Some(&cell.qemu)),
+                cached(ours),
+                times(Some(&cell.qemu)),
+                times(ours),
+                cost(Some(&cell.qemu)),
+                cost(ours),
+                bounded_ratio(q, t, ours.and_then(Pair::noise)),
+            )?;
+        }
+        let (q, t) = (median(&qemu_costs), median(&our_costs));
+        writeln!(
+            s,
+            "\nMedian over workloads: QEMU {} µs, tcgkit {} µs per reset \
+             (QEMU/tcgkit {}).",
+            micros(q),
+            micros(t),
+            ratio(q, t)
+        )?;
+        if let Some(reason) = cells.iter().find_map(|c| c.unavailable.as_ref()) {
+            writeln!(s, "\nNot measured on tcgkit (n/a): {reason}.")?;
+        }
+        Ok(s)
+    }
+
+    /// `qemu / ours` when both costs are positive (a cost at or below zero
+    /// is lost in the noise of the two runs it is the difference of).
+    fn ratio(qemu: Option<f64>, ours: Option<f64>) -> String {
+        match (qemu, ours) {
+            (Some(q), Some(t)) if q > 0.0 && t > 0.0 => format!("{:.1}x", q / t),
+            _ => "n/a".to_owned(),
+        }
+    }
+
+    /// [`ratio`], then the ratio should tcgkit's cost be higher by `noise`:
+    /// the claim that survives the noise (alone when the cost is lost in it).
+    pub fn bounded_ratio(qemu: Option<f64>, ours: Option<f64>, noise: Option<f64>) -> String {
+        let Some(noise) = noise.filter(|n| *n > 0.0) else {
+            return ratio(qemu, ours);
+        };
+        match (qemu, ours) {
+            (Some(q), Some(t)) if q > 0.0 && t > 0.0 => {
+                format!("{:.1}x (≥ {:.1}x)", q / t, q / (t + noise))
+            }
+            (Some(q), Some(t)) if q > 0.0 => format!("≥ {:.1}x", q / (t.max(0.0) + noise)),
+            _ => "n/a".to_owned(),
+        }
+    }
 }
 
 mod flush {
@@ -1428,6 +1859,7 @@ mod tests {
         let report = Report {
             workloads: &workloads,
             cells: &cells,
+            resets: &[],
             runs: 1,
             command: "cargo xtask bench-vs-qemu".to_owned(),
         };
@@ -1460,6 +1892,135 @@ mod tests {
         assert!((q.unwrap() - 1.5).abs() < 1e-9 && (t.unwrap() - 1.25).abs() < 1e-9);
         let (q, t) = report.added_cost(Config::InsnInline);
         assert!((q.unwrap() - 5e5).abs() < 1e-3 && (t.unwrap() - 5e5).abs() < 1e-3);
+    }
+
+    #[test]
+    fn reset_reports_are_read_and_costed() {
+        let qemu_log = "resets: 500\ntotal insns: 1000000\nblocks executed: 9\n\
+                        blocks translated: 7000\nblocks cached at reset: mean 12.5, max 527\n";
+        let c = Counts::parse(qemu_log);
+        assert_eq!(
+            (c.resets, c.insns, c.cached_max),
+            (Some(500), Some(1_000_000), Some(527))
+        );
+        assert_eq!(c.cached_mean, Some(12.5));
+        assert!(reset::reported(&c));
+        assert!(!reset::reported(&Counts::parse("total insns: 5\n")));
+        assert_eq!(
+            Counts::parse("blocks cached at reset: mean NaN, max 1\n").cached_mean,
+            None
+        );
+        // A few hundred resets, never fewer than 10k instructions apart.
+        assert_eq!(reset::every_for(104_673_150), 52_336);
+        assert_eq!(reset::every_for(2_000_000), 10_000);
+
+        let workloads = [Workload {
+            name: "w".to_owned(),
+            program: PathBuf::from("/bin/true"),
+            args: Vec::new(),
+            stdin: None,
+        }];
+        let log = |resets: u64, insns: u64| {
+            Some(Counts::parse(&format!(
+                "resets: {resets}\ntotal insns: {insns}\nblocks cached at reset: mean 20.0, max 40\n"
+            )))
+        };
+        let pair = |base: f64, reset: f64, resets: u64, insns: u64| reset::Pair {
+            base: side(base, log(0, insns), b"out"),
+            reset: side(reset, log(resets, insns), b"out"),
+        };
+        // QEMU: 0.1 s more for 500 resets = 200 µs each; tcgkit 4 µs each.
+        let good = reset::ResetCell {
+            workload: 0,
+            every: 20_000,
+            qemu: pair(1.0, 1.1, 500, 10_000_000),
+            tcgkit: Some(pair(2.0, 2.002, 500, 10_000_000)),
+            unavailable: None,
+        };
+        assert!((good.qemu.per_reset().unwrap() - 200e-6).abs() < 1e-12);
+        let ours = good.tcgkit.as_ref().unwrap();
+        assert!((ours.per_reset().unwrap() - 4e-6).abs() < 1e-12);
+        assert!(
+            good.disagreements("w").is_empty(),
+            "{:?}",
+            good.disagreements("w")
+        );
+        let bad = reset::ResetCell {
+            workload: 0,
+            every: 20_000,
+            qemu: pair(1.0, 1.1, 500, 10_000_000),
+            tcgkit: Some(reset::Pair {
+                base: side(2.0, log(0, 10_000_000), b"out"),
+                reset: side(2.1, log(499, 10_000_001), b"other"),
+            }),
+            unavailable: None,
+        };
+        let found = bad.disagreements("w");
+        assert_eq!(found.len(), 4, "{found:?}");
+        assert!(
+            found[0]
+                .contains("tcgkit counts 10000001 instructions when resetting, 10000000 without"),
+            "{found:?}"
+        );
+        assert!(
+            found[1].contains("resetting: guest output differs"),
+            "{found:?}"
+        );
+        assert!(
+            found[2].contains("instructions differ: QEMU 10000000, tcgkit 10000001"),
+            "{found:?}"
+        );
+        assert!(
+            found[3].starts_with("w / reset: resets differ: QEMU 500, tcgkit 499"),
+            "{found:?}"
+        );
+        // No resets: no cost, rather than a division by zero.
+        assert_eq!(pair(1.0, 1.0, 0, 5).per_reset(), None);
+        // Noise: half the spread of both kinds of runs, per reset.
+        let mut noisy = pair(1.0, 1.1, 500, 10);
+        assert_eq!(noisy.noise(), None, "one run has no spread");
+        noisy.base.seconds.push(1.02);
+        noisy.reset.seconds.push(1.14);
+        assert!((noisy.per_reset().unwrap() - 0.11 / 500.0).abs() < 1e-12);
+        assert!((noisy.noise().unwrap() - 0.03 / 500.0).abs() < 1e-12);
+        assert_eq!(
+            reset::bounded_ratio(Some(200e-6), Some(4e-6), Some(6e-6)),
+            "50.0x (≥ 20.0x)"
+        );
+        assert_eq!(
+            reset::bounded_ratio(Some(200e-6), Some(-1e-6), Some(10e-6)),
+            "≥ 20.0x"
+        );
+        assert_eq!(
+            reset::bounded_ratio(Some(200e-6), Some(4e-6), None),
+            "50.0x"
+        );
+        assert_eq!(reset::bounded_ratio(None, Some(4e-6), Some(1e-6)), "n/a");
+
+        let cells = [good, bad];
+        let report = Report {
+            workloads: &workloads,
+            cells: &[],
+            resets: &cells,
+            runs: 1,
+            command: "cargo xtask bench-vs-qemu".to_owned(),
+        };
+        assert_eq!(report.disagreements().len(), 4);
+        let text = report.markdown().unwrap();
+        assert!(
+            text.contains(
+                "| w | 20000 | 500 / 500 | 20.0 / 20.0 | 1.000 / 1.100 | 2.000 / 2.002 \
+                 | 200.0 | 4.0 | 50.0x | yes |"
+            ),
+            "{text}"
+        );
+        // 0.1 s for 499 resets.
+        assert!(text.contains("| 200.0 | 200.4 | 1.0x | **NO** |"), "{text}");
+        // Medians of (200, 200) and (4, 200.4).
+        assert!(
+            text.contains("QEMU 200.0 µs, tcgkit 102.2 µs per reset (QEMU/tcgkit 2.0x)"),
+            "{text}"
+        );
     }
 
     #[test]

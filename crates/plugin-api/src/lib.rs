@@ -38,7 +38,8 @@
 //! # Bundled plugins
 //!
 //! [`PluginRegistry::bundled`] holds `insn`, `mem`, `bb`, `hotblocks`,
-//! `howvec`, `syscall` and `cache` (see [`plugins`]).
+//! `howvec`, `syscall` and `cache` (see [`plugins`]), and `reset`, which
+//! resets itself every N instructions to measure what a reset costs.
 //!
 //! ```
 //! use std::sync::Arc;

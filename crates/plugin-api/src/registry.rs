@@ -22,7 +22,7 @@ impl PluginRegistry {
     }
 
     /// The plugins bundled with tcgkit: `insn`, `mem`, `bb`, `hotblocks`,
-    /// `howvec`, `syscall` and `cache`.
+    /// `howvec`, `syscall`, `cache` and `reset`.
     pub fn bundled() -> Self {
         let mut r = PluginRegistry::new();
         r.register(
@@ -59,6 +59,11 @@ impl PluginRegistry {
             "cache",
             "L1 instruction/data cache simulator (dcachesize, dassoc, dblksize, icachesize, iassoc, iblksize, limit)",
             plugins::cache::factory,
+        );
+        r.register(
+            "reset",
+            "count instructions and blocks, resetting itself every N instructions from a block callback (every=N, inline=on|off)",
+            plugins::reset::factory,
         );
         r
     }

@@ -1019,7 +1019,7 @@ impl<F: Frontend> Engine<F> {
         let mut executed = 0u32;
         for (op, hook) in ops.iter().zip(hooks) {
             let pc = base.wrapping_add(u64::from(op.offset));
-            if hook.sole_call != NONE {
+            if !MEMORY && hook.sole_call != NONE {
                 called = true;
                 F::set_pc(cpu, pc);
                 if let Some(cb) = generation.callbacks.get(hook.sole_call as usize) {

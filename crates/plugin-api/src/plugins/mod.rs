@@ -8,6 +8,7 @@ pub mod hotblocks;
 pub mod howvec;
 pub mod insn;
 pub mod mem;
+pub mod reset;
 pub mod syscall;
 
 use std::sync::Arc;
