@@ -7,7 +7,7 @@
 //! blocks it holds. Blocks are addressed by `u32` index, which the per-vCPU
 //! jump caches store together with the generation id.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use hashbrown::HashMap;
 
@@ -96,6 +96,13 @@ pub(crate) enum ExecMode {
     StepsWithMemory,
 }
 
+impl ExecMode {
+    /// Runs the instrumented loop (its plan is hooks).
+    fn runs_steps(self) -> bool {
+        matches!(self, ExecMode::Steps | ExecMode::StepsWithMemory)
+    }
+}
+
 /// The adds a [`ExecMode::Tally`] block makes to one scoreboard entry:
 /// `prefix[i]` in `Generation::tally_sums` is the sum of the block-entry adds
 /// and the adds of instructions `0..=i`.
@@ -168,6 +175,122 @@ pub(crate) struct CompiledMem {
     pub(crate) kind: CompiledMemKind,
 }
 
+/// Stands in for a callback no plan names any more, until its slot is
+/// reused: never called (no action names the slot).
+static NOOP_CALLBACK: LazyLock<InsnCallback> = LazyLock::new(|| Arc::new(|_| {}));
+static NOOP_MEM_CALLBACK: LazyLock<MemCallback> = LazyLock::new(|| Arc::new(|_, _| {}));
+
+/// Use counts of a generation's callback slots, with the free ones.
+#[derive(Default)]
+struct SlotUses {
+    uses: Vec<u32>,
+    free: Vec<u32>,
+    /// The slot filled last: callbacks are mostly distinct closures (one per
+    /// instruction), so only a run of the same one shares a slot, found
+    /// without hashing.
+    last: Option<u32>,
+}
+
+impl SlotUses {
+    fn clear(&mut self) {
+        self.uses.clear();
+        self.free.clear();
+        self.last = None;
+    }
+
+    /// The slot of `cb` in `slots` (reusing the last one if it holds `cb`),
+    /// counting one more use.
+    fn slot_for<T: ?Sized>(&mut self, slots: &mut Vec<Arc<T>>, cb: &Arc<T>) -> u32 {
+        if let Some(last) = self.last {
+            if slots.get(last as usize).is_some_and(|s| Arc::ptr_eq(s, cb)) {
+                if let Some(n) = self.uses.get_mut(last as usize) {
+                    *n += 1;
+                }
+                return last;
+            }
+        }
+        let slot = match self.free.pop() {
+            Some(free) if (free as usize) < slots.len() => {
+                if let Some(s) = slots.get_mut(free as usize) {
+                    *s = Arc::clone(cb);
+                }
+                if let Some(n) = self.uses.get_mut(free as usize) {
+                    *n = 1;
+                }
+                free
+            }
+            _ => {
+                slots.push(Arc::clone(cb));
+                self.uses.push(1);
+                idx(slots.len() - 1)
+            }
+        };
+        self.last = Some(slot);
+        slot
+    }
+
+    /// One use of `slot` fewer; at none, its callback is dropped for
+    /// `placeholder` and the slot is free.
+    fn release<T: ?Sized>(&mut self, slots: &mut [Arc<T>], slot: u32, placeholder: &Arc<T>) {
+        let Some(n) = self.uses.get_mut(slot as usize) else {
+            return;
+        };
+        // A free slot has no use to release (and must not be freed twice).
+        let Some(left) = n.checked_sub(1) else {
+            return;
+        };
+        *n = left;
+        if left == 0 {
+            if let Some(s) = slots.get_mut(slot as usize) {
+                *s = Arc::clone(placeholder);
+            }
+            self.free.push(slot);
+            if self.last == Some(slot) {
+                self.last = None;
+            }
+        }
+    }
+}
+
+/// Lengths of (or offsets into) the five instrumentation arrays.
+#[derive(Clone, Copy, Debug, Default)]
+struct Extents {
+    hooks: usize,
+    actions: usize,
+    mem: usize,
+    tallies: usize,
+    sums: usize,
+}
+
+impl Extents {
+    fn minus(self, base: Extents) -> Extents {
+        Extents {
+            hooks: self.hooks - base.hooks,
+            actions: self.actions - base.actions,
+            mem: self.mem - base.mem,
+            tallies: self.tallies - base.tallies,
+            sums: self.sums - base.sums,
+        }
+    }
+    fn fits_in(self, room: Extents) -> bool {
+        self.hooks <= room.hooks
+            && self.actions <= room.actions
+            && self.mem <= room.mem
+            && self.tallies <= room.tallies
+            && self.sums <= room.sums
+    }
+    fn total(self) -> usize {
+        self.hooks + self.actions + self.mem + self.tallies + self.sums
+    }
+}
+
+/// One block's share of the instrumentation arrays.
+#[derive(Clone, Copy, Debug)]
+struct PlanSlot {
+    start: Extents,
+    len: Extents,
+}
+
 /// Link in a per-page list of blocks overlapping that page.
 #[derive(Clone, Copy)]
 struct PageLink {
@@ -194,10 +317,14 @@ pub(crate) struct Generation<Op> {
     // once no vCPU can be executing one of its blocks.
     pub(crate) callbacks: Vec<InsnCallback>,
     pub(crate) mem_callbacks: Vec<MemCallback>,
+    /// How many compiled actions name each callback; a callback no plan
+    /// names any more (its block was planned again) is dropped at once and
+    /// its slot reused, so re-planning does not pile up closures.
+    callback_uses: SlotUses,
+    mem_callback_uses: SlotUses,
     pub(crate) boards: Vec<Arc<Scoreboard>>,
-    /// Dedup tables: pointer identity -> index.
-    callback_ids: HashMap<usize, u32>,
-    mem_callback_ids: HashMap<usize, u32>,
+    /// Scoreboards by pointer identity -> index (a plan names few boards,
+    /// many times).
     board_ids: HashMap<usize, u32>,
     pub(crate) dead_tbs: usize,
     /// Bumped by a re-instrumentation: every block planned under an older
@@ -245,9 +372,9 @@ impl<Op: Copy> Generation<Op> {
             mem_actions: Vec::new(),
             callbacks: Vec::new(),
             mem_callbacks: Vec::new(),
+            callback_uses: SlotUses::default(),
+            mem_callback_uses: SlotUses::default(),
             boards: Vec::new(),
-            callback_ids: HashMap::new(),
-            mem_callback_ids: HashMap::new(),
             board_ids: HashMap::new(),
             dead_tbs: 0,
             plan_version: 0,
@@ -272,9 +399,9 @@ impl<Op: Copy> Generation<Op> {
         self.mem_actions.clear();
         self.callbacks.clear();
         self.mem_callbacks.clear();
+        self.callback_uses.clear();
+        self.mem_callback_uses.clear();
         self.boards.clear();
-        self.callback_ids.clear();
-        self.mem_callback_ids.clear();
         self.board_ids.clear();
         self.dead_tbs = 0;
         self.plan_version = 0;
@@ -414,15 +541,38 @@ impl<Op: Copy> Generation<Op> {
 
     /// Replaces the instrumentation of block `id` (planned under an older
     /// `plan_version`) with `plan`, keeping its decoded ops, its index entry
-    /// and its chain links. The old instrumentation stays in the arrays as
-    /// garbage (counted in `stale_entries`): nothing refers to it any more.
+    /// and its chain links. The new plan is compiled at the end of the
+    /// arrays, then moved over the old one when it fits (the same shape of
+    /// block, no more entries): re-planning then neither grows the arrays
+    /// nor writes to memory gone cold. Otherwise the old plan stays behind as
+    /// garbage, counted in `stale_entries`; nothing refers to it any more.
     pub(crate) fn replan(&mut self, id: u32, plan: Option<&TbPlan>) {
         let Some(&old) = self.tbs.get(id as usize) else {
             return;
         };
-        self.stale_entries += self.instrumentation_entries(&old);
         let insns = old.ops_end.saturating_sub(old.ops_start) as usize;
-        let (mode, instr_start, instr_len) = self.compile_plan(plan, insns);
+        let old_slot = self.extents_of(&old);
+        if let Some(slot) = &old_slot {
+            self.release_callbacks(slot);
+        }
+        let before = self.extents();
+        let (mode, mut instr_start, instr_len) = self.compile_plan(plan, insns);
+        let added = self.extents().minus(before);
+        if let Some(slot) = old_slot {
+            let same_shape = mode.runs_steps() == old.mode.runs_steps()
+                && (mode == ExecMode::Tally) == (old.mode == ExecMode::Tally);
+            if same_shape && added.fits_in(slot.len) {
+                self.move_plan(before, &slot, mode);
+                instr_start = if mode == ExecMode::Tally {
+                    idx(slot.start.tallies)
+                } else {
+                    idx(slot.start.hooks)
+                };
+                self.stale_entries += slot.len.total() - added.total();
+            } else {
+                self.stale_entries += slot.len.total();
+            }
+        }
         let version = self.plan_version;
         if let Some(tb) = self.tbs.get_mut(id as usize) {
             tb.mode = mode;
@@ -432,25 +582,100 @@ impl<Op: Copy> Generation<Op> {
         }
     }
 
-    /// Entries of the instrumentation arrays that block `tb` uses.
-    fn instrumentation_entries(&self, tb: &TbHeader) -> usize {
+    /// Current lengths of the instrumentation arrays.
+    fn extents(&self) -> Extents {
+        Extents {
+            hooks: self.hooks.len(),
+            actions: self.actions.len(),
+            mem: self.mem_actions.len(),
+            tallies: self.tallies.len(),
+            sums: self.tally_sums.len(),
+        }
+    }
+
+    /// Where block `tb`'s instrumentation lives (`None` for a plain block).
+    /// A block's entries are contiguous in each array: compiling pushes
+    /// them in order.
+    fn extents_of(&self, tb: &TbHeader) -> Option<PlanSlot> {
         let start = tb.instr_start as usize;
-        let range = start..start + tb.instr_len as usize;
+        let len = tb.instr_len as usize;
         match tb.mode {
-            ExecMode::Plain => 0,
+            ExecMode::Plain => None,
             ExecMode::Tally => {
+                let tallies = self.tallies.get(start..start + len)?;
                 let insns = tb.ops_end.saturating_sub(tb.ops_start) as usize;
-                tb.instr_len as usize * (1 + insns)
+                let sums = tallies.first().map_or(0, |t| t.sums_start as usize);
+                Some(PlanSlot {
+                    start: Extents {
+                        tallies: start,
+                        sums,
+                        ..Extents::default()
+                    },
+                    len: Extents {
+                        tallies: len,
+                        sums: len * insns,
+                        ..Extents::default()
+                    },
+                })
             }
             ExecMode::Steps | ExecMode::StepsWithMemory => {
-                let hooks = self.hooks.get(range).unwrap_or_default();
-                hooks.len()
-                    + hooks
-                        .iter()
-                        .map(|h| usize::from(h.actions_len) + usize::from(h.mem_len))
-                        .sum::<usize>()
+                let hooks = self.hooks.get(start..start + len)?;
+                let (first, last) = (hooks.first()?, hooks.last()?);
+                let actions = first.actions_start as usize;
+                let actions_end = last.actions_start as usize + usize::from(last.actions_len);
+                // The entry hook has no memory actions; the others' ranges
+                // follow one another.
+                let insn_hooks = hooks.get(1..).unwrap_or_default();
+                let mem = insn_hooks.first().map_or(0, |h| h.mem_start as usize);
+                let mem_end = insn_hooks
+                    .last()
+                    .map_or(0, |h| h.mem_start as usize + usize::from(h.mem_len));
+                Some(PlanSlot {
+                    start: Extents {
+                        hooks: start,
+                        actions,
+                        mem,
+                        ..Extents::default()
+                    },
+                    len: Extents {
+                        hooks: len,
+                        actions: actions_end.saturating_sub(actions),
+                        mem: mem_end.saturating_sub(mem),
+                        ..Extents::default()
+                    },
+                })
             }
         }
+    }
+
+    /// Moves the plan compiled past `before` into `slot` (which it fits),
+    /// rebasing its internal indices, and truncates the arrays to `before`.
+    fn move_plan(&mut self, before: Extents, slot: &PlanSlot, mode: ExecMode) {
+        let to = slot.start;
+        if mode == ExecMode::Tally {
+            for t in self.tallies.get_mut(before.tallies..).unwrap_or_default() {
+                t.sums_start = idx(to.sums + (t.sums_start as usize - before.sums));
+            }
+            self.tallies.copy_within(before.tallies.., to.tallies);
+            self.tally_sums.copy_within(before.sums.., to.sums);
+        } else {
+            for h in self.hooks.get_mut(before.hooks..).unwrap_or_default() {
+                h.actions_start = idx(to.actions + (h.actions_start as usize - before.actions));
+                h.mem_start = if h.mem_len == 0 {
+                    idx(to.mem)
+                } else {
+                    idx(to.mem + (h.mem_start as usize - before.mem))
+                };
+            }
+            self.hooks.copy_within(before.hooks.., to.hooks);
+            self.actions.copy_within(before.actions.., to.actions);
+            self.mem_actions.copy_within(before.mem.., to.mem);
+        }
+        self.hooks.truncate(before.hooks);
+        self.actions.truncate(before.actions);
+        self.mem_actions.truncate(before.mem);
+        self.tallies.truncate(before.tallies);
+        self.tally_sums.truncate(before.sums);
     }
 
     /// True once re-planning left more garbage than a flush is worth
@@ -462,33 +687,46 @@ impl<Op: Copy> Generation<Op> {
             + self.tallies.len()
             + self.tally_sums.len();
         let live = total.saturating_sub(self.stale_entries);
-        self.stale_entries > 8 * live + (1 << 16)
+        let limit = 8 * live + (1 << 16);
+        // Callbacks of superseded plans are not tracked one by one: their
+        // count is bounded against the live instrumentation instead.
+        self.stale_entries > limit || self.callbacks.len() + self.mem_callbacks.len() > limit
     }
 
     fn callback_index(&mut self, cb: &InsnCallback) -> u32 {
-        let key = arc_key(cb);
-        if let Some(&i) = self.callback_ids.get(&key) {
-            return i;
-        }
-        let i = idx(self.callbacks.len());
-        self.callbacks.push(Arc::clone(cb));
-        self.callback_ids.insert(key, i);
-        i
+        self.callback_uses.slot_for(&mut self.callbacks, cb)
     }
 
     fn mem_callback_index(&mut self, cb: &MemCallback) -> u32 {
-        let key = arc_key(cb);
-        if let Some(&i) = self.mem_callback_ids.get(&key) {
-            return i;
+        self.mem_callback_uses.slot_for(&mut self.mem_callbacks, cb)
+    }
+
+    /// Forgets the callbacks the actions of `slot` name (a plan about to be
+    /// replaced): those no other plan names are dropped now.
+    fn release_callbacks(&mut self, slot: &PlanSlot) {
+        let actions = slot.start.actions..slot.start.actions + slot.len.actions;
+        for action in self.actions.get(actions).unwrap_or_default() {
+            if let CompiledAction::Call { cb } | CompiledAction::Conditional { cb, .. } = *action {
+                self.callback_uses
+                    .release(&mut self.callbacks, cb, &NOOP_CALLBACK);
+            }
         }
-        let i = idx(self.mem_callbacks.len());
-        self.mem_callbacks.push(Arc::clone(cb));
-        self.mem_callback_ids.insert(key, i);
-        i
+        let mem = slot.start.mem..slot.start.mem + slot.len.mem;
+        for action in self.mem_actions.get(mem).unwrap_or_default() {
+            if let CompiledMemKind::Call { cb } = action.kind {
+                self.mem_callback_uses
+                    .release(&mut self.mem_callbacks, cb, &NOOP_MEM_CALLBACK);
+            }
+        }
     }
 
     fn board_index(&mut self, board: &Arc<Scoreboard>) -> u32 {
         let key = arc_key(board);
+        if let Some(last) = self.boards.last() {
+            if Arc::ptr_eq(last, board) {
+                return idx(self.boards.len() - 1);
+            }
+        }
         if let Some(&i) = self.board_ids.get(&key) {
             return i;
         }

@@ -861,42 +861,91 @@ fn reinstrumentation_keeps_code_and_bounds_the_superseded_plans() {
     let mut mem = machine(&loop_program(10));
     let mut engine = Engine::new(Toy);
     let calls = Arc::new(AtomicU64::new(0));
-    let cb = counter_cb(&calls);
+    // 1 or 2 callbacks per instruction: a plan of a new shape cannot take
+    // the place of the old one.
+    let per_insn = Arc::new(AtomicU64::new(1));
+    let (cb, n) = (counter_cb(&calls), per_insn.clone());
     let instr = install(&mut engine, move |_tb, plan| {
         for insn in plan.insns_mut() {
-            insn.on_execute(Action::Callback(cb.clone()));
+            for _ in 0..n.load(Relaxed) {
+                insn.on_execute(Action::Callback(cb.clone()));
+            }
         }
     });
-    let mut cpu = cpu_at(CODE);
-    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
-    let first = engine.stats();
-    let mut peak_bytes = first.current_bytes;
-    const ROUNDS: u64 = 5000;
-    for _ in 0..ROUNDS {
+    let mut expected_calls = 0;
+    let mut round = |engine: &mut Engine<Toy>, per: u64| {
+        per_insn.store(per, Relaxed);
         engine.reinstrument();
         let mut cpu = cpu_at(CODE);
         assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
-        peak_bytes = peak_bytes.max(engine.stats().current_bytes);
+        expected_calls += per * loop_insns(10);
+        engine.stats()
+    };
+    round(&mut engine, 1);
+    let settled = round(&mut engine, 1);
+    // Plans of the same shape take the old ones' place: nothing grows.
+    for _ in 0..1000 {
+        let now = round(&mut engine, 1);
+        assert_eq!(now.current_bytes, settled.current_bytes, "{now:?}");
+        assert_eq!(now.flushes, settled.flushes);
+    }
+    // Alternating shapes leave garbage behind, bounded by a flush once it
+    // outweighs the live plans.
+    let mut peak_bytes = 0;
+    const ROUNDS: u64 = 20_000;
+    for r in 0..ROUNDS {
+        peak_bytes = peak_bytes.max(round(&mut engine, 1 + r % 2).current_bytes);
     }
     let stats = engine.stats();
-    // Every run was fully instrumented, each block planned afresh.
-    assert_eq!(calls.load(Relaxed), (ROUNDS + 1) * loop_insns(10));
+    assert_eq!(
+        calls.load(Relaxed),
+        expected_calls,
+        "every run fully instrumented"
+    );
     assert_eq!(
         instr.flushes.load(Relaxed),
-        ROUNDS,
+        ROUNDS + 1002,
         "the instrumentation hears of each"
     );
     assert_eq!(
         stats.tbs_replanned + stats.tbs_translated,
         instr.translations.load(Relaxed)
     );
-    // Garbage from superseded plans was bounded by occasional flushes
-    // (the rest kept the decoded code).
-    assert!(stats.flushes > first.flushes, "never flushed: {stats:?}");
+    assert!(stats.flushes > settled.flushes, "never flushed: {stats:?}");
     assert!(stats.reinstrumentations > stats.flushes * 100, "{stats:?}");
     assert!(
         stats.tbs_translated < stats.tbs_replanned / 100,
         "{stats:?}"
     );
     assert!(peak_bytes < 16 << 20, "peak {peak_bytes} bytes");
+}
+
+#[test]
+fn reinstrumented_inline_counters_stay_exact() {
+    // Inline adds only: the blocks run as tallies, and each new plan (a
+    // different immediate every round) takes the old one's place.
+    let mut mem = machine(&loop_program(10));
+    let mut engine = Engine::new(Toy);
+    let board = Arc::new(Scoreboard::new(1, 1));
+    let imm = Arc::new(AtomicU64::new(1));
+    let (b, i) = (board.clone(), imm.clone());
+    install(&mut engine, move |_tb, plan| {
+        for insn in plan.insns_mut() {
+            insn.on_execute(Action::Inline(InlineOp {
+                board: b.clone(),
+                slot: 0,
+                kind: InlineKind::Add(i.load(Relaxed)),
+            }));
+        }
+    });
+    let mut expected = 0;
+    for round in 1..=200u64 {
+        imm.store(round, Relaxed);
+        engine.reinstrument();
+        let mut cpu = cpu_at(CODE);
+        assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
+        expected += round * loop_insns(10);
+        assert_eq!(board.get(0, 0), expected, "round {round}");
+    }
+    assert_eq!(engine.stats().tbs_translated, 3);
 }
