@@ -770,6 +770,11 @@ impl<Op: Copy> Generation<Op> {
             let InlineKind::Add(imm) = op.kind else {
                 return;
             };
+            // An entry past the row does nothing (as `Scoreboard` ignores
+            // it); tallies only name entries inside it.
+            if op.slot >= op.board.slots() {
+                return;
+            }
             let board = this.board_index(&op.board);
             let slot = idx(op.slot);
             let existing = this
@@ -825,23 +830,24 @@ impl<Op: Copy> Generation<Op> {
     // Out of line: one call per block keeps the plain loop it follows small.
     #[inline(never)]
     pub(crate) fn apply_tallies(&self, tb: &TbHeader, vcpu: u32, executed: u32) {
-        let start = tb.instr_start as usize;
-        let tallies = self
-            .tallies
-            .get(start..start + tb.instr_len as usize)
-            .unwrap_or_default();
         let Some(last) = (executed as usize).checked_sub(1) else {
             return;
         };
-        for t in tallies {
-            let sum = self
-                .tally_sums
-                .get(t.sums_start as usize + last)
-                .copied()
-                .unwrap_or(0);
-            if let Some(b) = self.boards.get(t.board as usize) {
-                b.apply(vcpu, t.slot as usize, InlineKind::Add(sum));
+        let start = tb.instr_start as usize;
+        let Some(tallies) = self.tallies.get(start..start + tb.instr_len as usize) else {
+            return;
+        };
+        let apply = |t: &Tally| {
+            let sum = self.tally_sums.get(t.sums_start as usize + last);
+            if let (Some(&sum), Some(board)) = (sum, self.boards.get(t.board as usize)) {
+                board.add_in_row(vcpu, t.slot as usize, sum);
             }
+        };
+        // Mostly one counter per block (one inline-counting plugin).
+        if let [t] = tallies {
+            apply(t);
+        } else {
+            tallies.iter().for_each(apply);
         }
     }
 

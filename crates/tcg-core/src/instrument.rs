@@ -189,6 +189,21 @@ impl Scoreboard {
     pub fn sum(&self, slot: usize) -> u64 {
         (0..self.vcpus as u32).fold(0u64, |acc, v| acc.wrapping_add(self.get(v, slot)))
     }
+    /// Adds `value` to `slot` of `vcpu`'s row, for a `slot` already known
+    /// to be inside the row (a compiled tally's): the cell index is then in
+    /// range exactly when `vcpu` is, so one bounds check does for both.
+    #[inline(always)]
+    pub(crate) fn add_in_row(&self, vcpu: u32, slot: usize, value: u64) {
+        // Wraps only for rows of 2^32 entries or more, which could not be
+        // allocated.
+        let index = (vcpu as usize).wrapping_mul(self.slots).wrapping_add(slot);
+        if let Some(c) = self.cells.get(index) {
+            c.store(
+                c.load(Ordering::Relaxed).wrapping_add(value),
+                Ordering::Relaxed,
+            );
+        }
+    }
     #[inline(always)]
     pub(crate) fn apply(&self, vcpu: u32, slot: usize, op: InlineKind) {
         if let Some(c) = self.cell(vcpu, slot) {
