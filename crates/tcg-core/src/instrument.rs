@@ -492,3 +492,22 @@ impl CallbackContext<'_> {
         self.requests.exit = true;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn row_adds_ignore_vcpus_past_the_board() {
+        let board = Scoreboard::new(3, 2);
+        board.add_in_row(1, 2, 5);
+        board.add_in_row(1, 2, 2);
+        board.add_in_row(0, 0, 1);
+        // vCPU 2 has no row: nothing changes (not even vCPU 0's next row).
+        board.add_in_row(2, 0, 100);
+        board.add_in_row(u32::MAX, 2, 100);
+        assert_eq!(board.get(1, 2), 7);
+        assert_eq!(board.get(0, 0), 1);
+        assert_eq!((0..3).map(|s| board.sum(s)).sum::<u64>(), 8);
+    }
+}
