@@ -1302,11 +1302,13 @@ mod reset {
              and a callback on every block entry, which resets the plugin \
              (`qemu_plugin_reset`, `PluginHandle::reset`) every N guest \
              instructions; the completion registers everything again. Cost of \
-             one reset, flush and re-translation included = (median time \
-             resetting - median time with `every=0`) / resets, with N = \
+             one reset, with what it makes the next blocks cost (QEMU: the \
+             flush and re-translation; tcgkit: the re-instrumentation and \
+             planning the blocks again, their decoded code kept) = (median \
+             time resetting - median time with `every=0`) / resets, with N = \
              max(instructions / {TARGET_RESETS}, {MIN_EVERY}). Blocks cached = \
-             blocks translated since the previous reset when a reset ran (mean; \
-             the flush drops them). QEMU/tcgkit = how many times cheaper a \
+             blocks whose `tb_trans` ran since the previous reset when a reset \
+             ran (mean). QEMU/tcgkit = how many times cheaper a \
              tcgkit reset is; with several runs, ± is half the spread of the \
              runs per reset, and (≥) the ratio should tcgkit's cost be that much \
              higher.\n"
