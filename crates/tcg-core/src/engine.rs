@@ -415,16 +415,18 @@ impl<F: Frontend> Engine<F> {
     }
 
     /// Starts planning every block's instrumentation afresh, keeping the
-    /// decoded code: what a plugin reset or uninstall needs, since the guest
-    /// code did not change. O(1): each cached block is planned again (with
+    /// decoded code: what a plugin reset needs, since the guest code did not
+    /// change. O(1): each cached block is planned again (with
     /// [`Instrumentation::translate`]) when it is next entered, and keeps
     /// its place in the cache, the jump caches and the chains. The
     /// instrumentation is told through [`Instrumentation::flushed`], as for
     /// a flush: from its side, every block is translated again.
     ///
-    /// The superseded instrumentation stays allocated, with the callbacks it
-    /// holds, until the generation is retired; once it outweighs the live
-    /// instrumentation several times over, this flushes instead.
+    /// A block's new plan takes the old one's place when it fits, and
+    /// callbacks no plan names any more are dropped then. A plan that does
+    /// not fit leaves the old one behind until the generation is retired;
+    /// once such leftovers outweigh the live instrumentation several times
+    /// over, this flushes instead.
     pub fn reinstrument(&mut self) {
         if self.current.plan_version == u32::MAX || self.current.mostly_stale() {
             self.flush();
