@@ -56,7 +56,8 @@ pub(crate) struct TbHeader {
     pub(crate) mode: ExecMode,
     /// For [`ExecMode::Steps`] and [`ExecMode::StepsWithMemory`]: the block's hooks in `Generation::hooks`
     /// (the block-entry hook, then one per instruction); for
-    /// [`ExecMode::Tally`]: the block's tallies in `Generation::tallies`.
+    /// [`ExecMode::Tally`] and [`ExecMode::Count`]: the block's tallies in
+    /// `Generation::tallies`.
     pub(crate) instr_start: u32,
     pub(crate) instr_len: u32,
     /// The generation's `plan_version` the block's instrumentation was
@@ -86,6 +87,12 @@ pub(crate) enum ExecMode {
     /// instruction). Exact: adds commute, and nothing on this vCPU can look
     /// at the scoreboard between two instructions of such a block.
     Tally,
+    /// A [`ExecMode::Tally`] block whose one tally adds the same amount
+    /// ([`Tally::per_insn`]) per instruction and nothing on entry (an inline
+    /// instruction counter): the loop batches these adds over consecutive
+    /// blocks into one pending count per vCPU, applied before anything on
+    /// the vCPU can look (see `engine::PendingCount`).
+    Count,
     /// Actions before instructions or on block entry, none on memory
     /// accesses: the instrumented loop, running each instruction's
     /// [`InsnHook`] before it, with instructions executing directly on guest
@@ -101,6 +108,10 @@ impl ExecMode {
     fn runs_steps(self) -> bool {
         matches!(self, ExecMode::Steps | ExecMode::StepsWithMemory)
     }
+    /// Runs the plain loop with tallies (its plan is tallies).
+    fn tallies(self) -> bool {
+        matches!(self, ExecMode::Tally | ExecMode::Count)
+    }
 }
 
 /// The adds a [`ExecMode::Tally`] block makes to one scoreboard entry:
@@ -112,6 +123,8 @@ pub(crate) struct Tally {
     pub(crate) slot: u32,
     /// Start of the block's per-instruction prefix sums in `tally_sums`.
     pub(crate) sums_start: u32,
+    /// For an [`ExecMode::Count`] block: the add per instruction.
+    pub(crate) per_insn: u64,
 }
 
 /// What runs before one instruction of an instrumented block (or, for the
@@ -524,7 +537,16 @@ impl<Op: Copy> Generation<Op> {
         match plan {
             Some(plan) if tally_only(plan) => {
                 let (start, len) = self.compile_tally(plan, insns);
-                (ExecMode::Tally, start, len)
+                let mode = match self.uniform_tally(start, len, insns) {
+                    Some(per_insn) => {
+                        if let Some(t) = self.tallies.get_mut(start as usize) {
+                            t.per_insn = per_insn;
+                        }
+                        ExecMode::Count
+                    }
+                    None => ExecMode::Tally,
+                };
+                (mode, start, len)
             }
             Some(plan) => {
                 let (start, len) = self.compile(plan, insns);
@@ -537,6 +559,23 @@ impl<Op: Copy> Generation<Op> {
             }
             None => (ExecMode::Plain, NONE, 0),
         }
+    }
+
+    /// The add per instruction if the `len` tallies at `start` are one that
+    /// adds the same nonzero amount for each of the `insns` instructions and
+    /// nothing on block entry: its prefix sums are `k, 2k, 3k, ...`.
+    fn uniform_tally(&self, start: u32, len: u32, insns: usize) -> Option<u64> {
+        let [t] = self.tallies.get(start as usize..(start + len) as usize)? else {
+            return None;
+        };
+        let from = t.sums_start as usize;
+        let sums = self.tally_sums.get(from..from + insns)?;
+        let k = *sums.first()?;
+        let uniform = sums
+            .iter()
+            .zip(1u64..)
+            .all(|(&s, n)| s == k.wrapping_mul(n));
+        (k != 0 && uniform).then_some(k)
     }
 
     /// Replaces the instrumentation of block `id` (planned under an older
@@ -559,11 +598,11 @@ impl<Op: Copy> Generation<Op> {
         let (mode, mut instr_start, instr_len) = self.compile_plan(plan, insns);
         let added = self.extents().minus(before);
         if let Some(slot) = old_slot {
-            let same_shape = mode.runs_steps() == old.mode.runs_steps()
-                && (mode == ExecMode::Tally) == (old.mode == ExecMode::Tally);
+            let same_shape =
+                mode.runs_steps() == old.mode.runs_steps() && mode.tallies() == old.mode.tallies();
             if same_shape && added.fits_in(slot.len) {
                 self.move_plan(before, &slot, mode);
-                instr_start = if mode == ExecMode::Tally {
+                instr_start = if mode.tallies() {
                     idx(slot.start.tallies)
                 } else {
                     idx(slot.start.hooks)
@@ -601,7 +640,7 @@ impl<Op: Copy> Generation<Op> {
         let len = tb.instr_len as usize;
         match tb.mode {
             ExecMode::Plain => None,
-            ExecMode::Tally => {
+            ExecMode::Tally | ExecMode::Count => {
                 let tallies = self.tallies.get(start..start + len)?;
                 let insns = tb.ops_end.saturating_sub(tb.ops_start) as usize;
                 let sums = tallies.first().map_or(0, |t| t.sums_start as usize);
@@ -652,7 +691,7 @@ impl<Op: Copy> Generation<Op> {
     /// rebasing its internal indices, and truncates the arrays to `before`.
     fn move_plan(&mut self, before: Extents, slot: &PlanSlot, mode: ExecMode) {
         let to = slot.start;
-        if mode == ExecMode::Tally {
+        if mode.tallies() {
             for t in self.tallies.get_mut(before.tallies..).unwrap_or_default() {
                 t.sums_start = idx(to.sums + (t.sums_start as usize - before.sums));
             }
@@ -793,6 +832,7 @@ impl<Op: Copy> Generation<Op> {
                         board,
                         slot,
                         sums_start: idx(s),
+                        per_insn: 0,
                     });
                     s
                 }

@@ -52,6 +52,85 @@ const PENDING_EXIT: u32 = 1;
 const PENDING_FLUSH: u32 = 2;
 const PENDING_REINSTRUMENT: u32 = 4;
 
+/// Most instructions whose inline counts may wait in a [`PendingCount`]:
+/// bounds how late readers on other threads see them.
+const MAX_PENDING_INSNS: u64 = 4096;
+
+/// The inline adds of consecutive [`ExecMode::Count`] blocks (an inline
+/// instruction counter) that go to the same scoreboard entry, summed here
+/// instead of updating the scoreboard block by block. The sum reaches the
+/// scoreboard before anything on the vCPU can look at it (before an
+/// instrumented block, whose callbacks may read it; before a flush; when
+/// the loop returns to the embedder), and at least every
+/// [`MAX_PENDING_INSNS`] instructions for readers on other threads.
+#[derive(Clone, Copy)]
+struct PendingCount {
+    /// Index in the current generation's boards; [`NONE`] when empty.
+    board: u32,
+    slot: u32,
+    vcpu: u32,
+    per_insn: u64,
+    insns: u64,
+}
+
+impl PendingCount {
+    const EMPTY: PendingCount = PendingCount {
+        board: NONE,
+        slot: 0,
+        vcpu: 0,
+        per_insn: 0,
+        insns: 0,
+    };
+
+    /// Applies the pending sum to `generation`'s scoreboard and empties it.
+    #[inline]
+    fn settle<Op: Copy>(&mut self, generation: &Generation<Op>) {
+        if self.board != NONE {
+            if let Some(board) = generation.boards.get(self.board as usize) {
+                board.add_in_row(
+                    self.vcpu,
+                    self.slot as usize,
+                    self.per_insn.wrapping_mul(self.insns),
+                );
+            }
+            *self = PendingCount::EMPTY;
+        }
+    }
+
+    /// Counts `executed` instructions of Count block `tb` on `vcpu`.
+    #[inline(always)]
+    fn add<Op: Copy>(
+        &mut self,
+        generation: &Generation<Op>,
+        tb: &TbHeader,
+        vcpu: u32,
+        executed: u32,
+    ) {
+        let Some(t) = generation.tallies.get(tb.instr_start as usize) else {
+            return;
+        };
+        if self.board == t.board
+            && self.slot == t.slot
+            && self.per_insn == t.per_insn
+            && self.vcpu == vcpu
+        {
+            self.insns += u64::from(executed);
+            if self.insns >= MAX_PENDING_INSNS {
+                self.settle(generation);
+            }
+        } else {
+            self.settle(generation);
+            *self = PendingCount {
+                board: t.board,
+                slot: t.slot,
+                vcpu,
+                per_insn: t.per_insn,
+                insns: u64::from(executed),
+            };
+        }
+    }
+}
+
 /// Requests that may come from any thread, checked at block boundaries.
 #[derive(Default)]
 struct Signals {
@@ -300,6 +379,7 @@ pub struct Engine<F: Frontend> {
     scratch_raws: Vec<u32>,
     scratch_insns: Vec<InsnInfo>,
     scratch_plan: TbPlan,
+    pending_count: PendingCount,
 }
 
 impl<F: Frontend> fmt::Debug for Engine<F> {
@@ -336,6 +416,7 @@ impl<F: Frontend> Engine<F> {
             scratch_raws: Vec::new(),
             scratch_insns: Vec::new(),
             scratch_plan: TbPlan::default(),
+            pending_count: PendingCount::EMPTY,
         };
         let main = engine.new_vcpu();
         engine.main_vcpu = Some(Box::new(main));
@@ -428,6 +509,8 @@ impl<F: Frontend> Engine<F> {
     /// once such leftovers outweigh the live instrumentation several times
     /// over, this flushes instead.
     pub fn reinstrument(&mut self) {
+        // The instrumentation hears of it and may read its scoreboards.
+        self.pending_count.settle(&self.current);
         if self.current.plan_version == u32::MAX || self.current.mostly_stale() {
             self.flush();
             return;
@@ -464,6 +547,8 @@ impl<F: Frontend> Engine<F> {
     }
 
     fn retire_current(&mut self) {
+        // Its scoreboard indices die with it.
+        self.pending_count.settle(&self.current);
         let fresh = match self.spare.take() {
             Some(mut g) => {
                 g.id = self.next_generation;
@@ -653,10 +738,15 @@ impl<F: Frontend> Engine<F> {
             // Two copies of the block epilogue: the plain one (also used by
             // blocks whose only instrumentation is inline adds, applied
             // once per block) has no callback requests to look at.
-            if matches!(tb.mode, ExecMode::Plain | ExecMode::Tally) {
+            if matches!(tb.mode, ExecMode::Plain | ExecMode::Tally | ExecMode::Count) {
                 let end = Self::exec_plain(current, tb, cpu, mem);
-                if tb.mode == ExecMode::Tally {
-                    current.apply_tallies(tb, vcpu.index, end.executed);
+                match tb.mode {
+                    ExecMode::Count => {
+                        self.pending_count
+                            .add(current, tb, vcpu.index, end.executed)
+                    }
+                    ExecMode::Tally => current.apply_tallies(tb, vcpu.index, end.executed),
+                    _ => {}
                 }
                 insns += u64::from(end.executed);
                 pc = end.next_pc;
@@ -666,6 +756,8 @@ impl<F: Frontend> Engine<F> {
                     Some(exit) => break exit,
                 }
             } else {
+                // Callbacks may read the scoreboards.
+                self.pending_count.settle(current);
                 F::set_pc(cpu, pc);
                 let end = if tb.mode == ExecMode::Steps {
                     Self::exec_instrumented::<false>(
@@ -701,6 +793,7 @@ impl<F: Frontend> Engine<F> {
             }
         };
         F::set_pc(cpu, pc);
+        self.pending_count.settle(&self.current);
         self.stats.blocks_executed += blocks;
         self.stats.insns_executed += insns;
         exit
@@ -784,6 +877,8 @@ impl<F: Frontend> Engine<F> {
 
     /// Decodes a block at `pc` into the current generation.
     fn translate(&mut self, pc: u64, flags: u32, mem: &mut GuestMemory) -> Result<u32, CpuExit> {
+        // The instrumentation's translate may read its scoreboards.
+        self.pending_count.settle(&self.current);
         self.scratch_ops.clear();
         self.scratch_raws.clear();
         self.scratch_insns.clear();
@@ -886,6 +981,7 @@ impl<F: Frontend> Engine<F> {
     #[cold]
     #[inline(never)]
     fn replan(&mut self, id: u32) {
+        self.pending_count.settle(&self.current);
         let Some(&tb) = self.current.tbs.get(id as usize) else {
             return;
         };

@@ -125,7 +125,11 @@ impl TbView<'_> {
 ///
 /// Each vCPU writes only its own row, so updates are plain relaxed
 /// load/store pairs (no locked read-modify-write); readers on other threads
-/// see each value whole.
+/// see each value whole. Everything on the vCPU itself (callbacks, the
+/// instrumentation at translation, the embedder once [`crate::Engine::run`]
+/// returns) sees every add made before it; inline adds of blocks without
+/// callbacks may reach readers on other threads in batches, at most 4096
+/// instructions late.
 pub struct Scoreboard {
     slots: usize,
     vcpus: usize,

@@ -949,3 +949,78 @@ fn reinstrumented_inline_counters_stay_exact() {
     }
     assert_eq!(engine.stats().tbs_translated, 3);
 }
+
+#[test]
+fn batched_inline_counts_are_exact_wherever_the_vcpu_looks() {
+    // Every instruction but the syscall adds 3 to slot 0 (blocks without
+    // entry adds: their adds are batched across blocks) and every block
+    // entry adds 1 to slot 1 of another board (its blocks keep per-block
+    // tallies). The syscall's callback reads both, as do translations (the
+    // instrumentation runs on the vCPU too) and the embedder after `run`.
+    const N: i32 = 3000; // 15k instructions: past the batching bound
+    let mut mem = machine(&loop_program(N));
+    let mut engine = Engine::new(Toy);
+    let insns = Arc::new(Scoreboard::new(1, 1));
+    let entries = Arc::new(Scoreboard::new(2, 1));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let seen_again = seen.clone();
+    let (i, e, s) = (insns.clone(), entries.clone(), seen.clone());
+    let reader_seen = seen.clone();
+    let (ri, re) = (insns.clone(), entries.clone());
+    let reader: InsnCallback = Arc::new(move |_ctx: &mut CallbackContext<'_>| {
+        reader_seen
+            .lock()
+            .unwrap()
+            .push(("callback", ri.get(0, 0), re.get(0, 1)));
+    });
+    install(&mut engine, move |tb, plan| {
+        s.lock()
+            .unwrap()
+            .push(("translate", i.get(0, 0), e.get(0, 1)));
+        let syscall_block = tb.insns().first().is_some_and(|x| x.raw == syscall());
+        if syscall_block {
+            plan.insns_mut()[0].on_execute(Action::Callback(reader.clone()));
+            return;
+        }
+        if tb.pc() == CODE {
+            plan.on_entry(Action::Inline(InlineOp {
+                board: e.clone(),
+                slot: 1,
+                kind: InlineKind::Add(1),
+            }));
+        }
+        for insn in plan.insns_mut() {
+            insn.on_execute(Action::Inline(InlineOp {
+                board: i.clone(),
+                slot: 0,
+                kind: InlineKind::Add(3),
+            }));
+        }
+    });
+    let mut cpu = cpu_at(CODE);
+    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
+    let before_syscall = loop_insns(N as u64) - 1;
+    assert_eq!(insns.get(0, 0), 3 * before_syscall, "after run returns");
+    assert_eq!(entries.get(0, 1), 1);
+    let seen = seen.lock().unwrap();
+    // Translations: the first block (nothing ran yet), the loop (after the
+    // first block: its 11 set-up instructions and the first iteration's 5),
+    // the syscall block (after the whole loop).
+    assert_eq!(
+        *seen,
+        vec![
+            ("translate", 0, 0),
+            ("translate", 3 * 16, 1),
+            ("translate", 3 * before_syscall, 1),
+            ("callback", 3 * before_syscall, 1),
+        ]
+    );
+    drop(seen);
+    // Again, with every block cached: only the callback looks.
+    let mut cpu = cpu_at(CODE);
+    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
+    let seen = seen_again.lock().unwrap();
+    assert_eq!(seen.len(), 5);
+    assert_eq!(seen[4], ("callback", 6 * before_syscall, 2));
+    assert_eq!(insns.get(0, 0), 6 * before_syscall);
+}
