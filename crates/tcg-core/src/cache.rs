@@ -54,10 +54,10 @@ pub(crate) struct TbHeader {
     /// How the loop runs the block; says what `instr_start..+instr_len`
     /// indexes.
     pub(crate) mode: ExecMode,
-    /// For [`ExecMode::Steps`] and [`ExecMode::StepsWithMemory`]: the block's hooks in `Generation::hooks`
-    /// (the block-entry hook, then one per instruction); for
-    /// [`ExecMode::Tally`] and [`ExecMode::Count`]: the block's tallies in
-    /// `Generation::tallies`.
+    /// For [`ExecMode::Steps`] and [`ExecMode::StepsWithMemory`]: the
+    /// block's hooks in `Generation::hooks` (the block-entry hook, then one
+    /// per instruction); for [`ExecMode::Tally`] and [`ExecMode::Count`]:
+    /// the block's tallies in `Generation::tallies`.
     pub(crate) instr_start: u32,
     pub(crate) instr_len: u32,
     /// The generation's `plan_version` the block's instrumentation was
@@ -1075,3 +1075,6 @@ fn tally_only(plan: &TbPlan) -> bool {
             .iter()
             .all(|i| i.mem.is_empty() && i.exec.iter().all(add_only))
 }
+
+// The loop reads one header per block: it must stay one cache line.
+const _: () = assert!(std::mem::size_of::<TbHeader>() == 64);
