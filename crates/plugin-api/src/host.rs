@@ -19,7 +19,7 @@ use crate::PluginError;
 use crate::args::PluginSpec;
 use crate::registry::PluginRegistry;
 use crate::symbols::SymbolTable;
-use crate::trans::TbTrans;
+use crate::trans::{Access, ExecContext, SharedExecCallback, TbTrans};
 
 /// What a plugin learns about the guest at install time.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -543,6 +543,22 @@ impl PluginHandle {
         }
         add(&mut entry.regs);
         Some(entry.regs.generation)
+    }
+
+    /// Builds an execution callback to attach to many blocks or
+    /// instructions without a new closure each time (see
+    /// [`SharedExecCallback`]). It belongs to the current registration: make
+    /// it at install or in a reset's completion, next to `on_tb_trans`.
+    pub fn shared_exec_callback(
+        &self,
+        access: Access,
+        cb: impl Fn(&mut ExecContext<'_, '_>) + Send + Sync + 'static,
+    ) -> SharedExecCallback {
+        let guard = self.register(|_| {}).map(|generation| Guard {
+            slot: Arc::clone(&self.slot),
+            generation,
+        });
+        SharedExecCallback::new(guard.as_ref(), access, cb)
     }
 
     /// Calls `cb` for every translated block (QEMU's `tb_trans`): it sees

@@ -110,6 +110,42 @@ where
     })
 }
 
+/// An execution callback built once and attached to any number of blocks
+/// or instructions ([`TbTrans::on_exec_shared`],
+/// [`InsnTrans::on_exec_shared`]): QEMU's callback-plus-userdata, where
+/// [`TbTrans::on_exec`] makes a new closure for each attachment. Attaching
+/// it costs no allocation, and blocks it is attached to share one entry in
+/// the engine's callback table.
+///
+/// Made by [`PluginHandle::shared_exec_callback`], it belongs to the
+/// registration current when it was made: after a reset completes it no
+/// longer runs, so make a new one where the plugin registers again (in the
+/// reset's completion).
+#[derive(Clone)]
+pub struct SharedExecCallback {
+    cb: InsnCallback,
+}
+
+impl fmt::Debug for SharedExecCallback {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SharedExecCallback")
+    }
+}
+
+impl SharedExecCallback {
+    pub(crate) fn new<F>(guard: Option<&Guard>, access: Access, f: F) -> Self
+    where
+        F: Fn(&mut ExecContext<'_, '_>) + Send + Sync + 'static,
+    {
+        let cb = match guard {
+            Some(guard) => exec_callback(guard, access, "shared execution", f),
+            // The plugin is gone or leaving: a callback that does nothing.
+            None => Arc::new(|_: &mut CallbackContext<'_>| {}),
+        };
+        SharedExecCallback { cb }
+    }
+}
+
 fn mem_callback<F>(guard: &Guard, access: Access, f: F) -> MemCallback
 where
     F: Fn(&mut ExecContext<'_, '_>, &MemAccessInfo) + Send + Sync + 'static,
@@ -243,6 +279,11 @@ impl<'a> TbTrans<'a> {
         )));
     }
 
+    /// Calls the shared callback `cb` each time the block is entered.
+    pub fn on_exec_shared(&mut self, cb: &SharedExecCallback) {
+        self.plan.on_entry(Action::Callback(Arc::clone(&cb.cb)));
+    }
+
     /// Applies `kind` to `slot` of the executing vCPU's row of `board`
     /// each time the block is entered, without a call.
     pub fn on_exec_inline(&mut self, board: &Arc<Scoreboard>, slot: usize, kind: InlineKind) {
@@ -336,6 +377,11 @@ impl InsnTrans<'_> {
             "instruction",
             cb,
         )));
+    }
+
+    /// Calls the shared callback `cb` before the instruction executes.
+    pub fn on_exec_shared(&mut self, cb: &SharedExecCallback) {
+        self.plan.on_execute(Action::Callback(Arc::clone(&cb.cb)));
     }
 
     /// Applies `kind` to `slot` of the executing vCPU's row of `board`

@@ -920,3 +920,70 @@ fn reset_from_a_second_vcpu() -> TestResult {
     assert_eq!(plugin.completions.load(Relaxed), 20);
     Ok(())
 }
+
+/// Counts into `counter` with a shared callback made now, attached to every
+/// instruction (and, if given, `stale` attached too).
+fn count_with_shared(
+    handle: &PluginHandle,
+    counter: &Arc<AtomicU64>,
+    stale: Option<SharedExecCallback>,
+) -> SharedExecCallback {
+    let c = counter.clone();
+    let shared = handle.shared_exec_callback(Access::NONE, move |_| {
+        c.fetch_add(1, Relaxed);
+    });
+    let attach = shared.clone();
+    handle.on_tb_trans(move |tb| {
+        for mut insn in tb.insns() {
+            insn.on_exec_shared(&attach);
+            if let Some(stale) = &stale {
+                insn.on_exec_shared(stale);
+            }
+        }
+    });
+    shared
+}
+
+#[test]
+fn shared_callbacks_count_every_attachment_and_die_with_their_registration() -> TestResult {
+    let host = host();
+    let (first, second) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let handle = Arc::new(Mutex::new(None::<(PluginHandle, SharedExecCallback)>));
+    let (h, f) = (handle.clone(), first.clone());
+    host.install(
+        "shared",
+        Arc::new(Custom(move |ph: &PluginHandle| {
+            let shared = count_with_shared(ph, &f, None);
+            *h.lock().unwrap() = Some((ph.clone(), shared));
+        })),
+    )?;
+    let (ph, old) = handle
+        .lock()
+        .map_err(|e| e.to_string())?
+        .clone()
+        .ok_or("no handle")?;
+    let (mut mem, mut cpu) = machine(&loop_program())?;
+    let mut engine = Engine::new(Rv64::new());
+    host.attach(&mut engine);
+    host.vcpu_init(0);
+    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
+    assert_eq!(first.load(Relaxed), 53, "one call per instruction");
+
+    // Reset; the completion registers a new shared callback and attaches
+    // the one made before the reset too: that one no longer runs.
+    let s = second.clone();
+    ph.reset(move |ph| {
+        count_with_shared(ph, &s, Some(old));
+    })?;
+    let (mut mem, mut cpu) = machine(&loop_program())?;
+    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
+    assert_eq!(
+        first.load(Relaxed),
+        53,
+        "the old registration's callback is dead"
+    );
+    assert_eq!(second.load(Relaxed), 53);
+    host.vcpu_exit(0);
+    host.finish()?;
+    Ok(())
+}

@@ -57,15 +57,18 @@ impl InsnCount {
 impl Plugin for InsnCount {
     fn install(self: Arc<Self>, handle: &PluginHandle) -> Result<(), PluginError> {
         let me = Arc::clone(&self);
+        // One callback for every instruction, built once (QEMU's plugin
+        // registers one function for all of them too).
+        let board = Arc::clone(&self.board);
+        let count = handle.shared_exec_callback(Access::NONE, move |ctx| {
+            super::bump(&board, ctx.vcpu(), 0, 1)
+        });
         handle.on_tb_trans(move |tb| {
             for mut insn in tb.insns() {
                 if me.inline {
                     insn.on_exec_inline(&me.board, 0, InlineKind::Add(1));
                 } else {
-                    let board = Arc::clone(&me.board);
-                    insn.on_exec(Access::NONE, move |ctx| {
-                        super::bump(&board, ctx.vcpu(), 0, 1)
-                    });
+                    insn.on_exec_shared(&count);
                 }
             }
         });

@@ -216,20 +216,24 @@ impl PeriodicReset {
 
     fn register(self: Arc<Self>, handle: &PluginHandle) {
         let me = Arc::clone(&self);
-        let h = handle.clone();
+        // One callback for every block entry, one for every instruction:
+        // built once per registration, as QEMU plugins pass one function.
+        let (check, h) = (Arc::clone(&self), handle.clone());
+        let on_block =
+            handle.shared_exec_callback(Access::NONE, move |ctx| check.check(ctx.vcpu(), &h));
+        let board = Arc::clone(&self.board);
+        let on_insn = handle.shared_exec_callback(Access::NONE, move |ctx| {
+            super::bump(&board, ctx.vcpu(), INSNS, 1)
+        });
         handle.on_tb_trans(move |tb| {
             me.translated.fetch_add(1, Ordering::Relaxed);
             me.translated_since.fetch_add(1, Ordering::Relaxed);
-            let (check, h) = (Arc::clone(&me), h.clone());
-            tb.on_exec(Access::NONE, move |ctx| check.check(ctx.vcpu(), &h));
+            tb.on_exec_shared(&on_block);
             for mut insn in tb.insns() {
                 if me.inline {
                     insn.on_exec_inline(&me.board, INSNS, InlineKind::Add(1));
                 } else {
-                    let board = Arc::clone(&me.board);
-                    insn.on_exec(Access::NONE, move |ctx| {
-                        super::bump(&board, ctx.vcpu(), INSNS, 1)
-                    });
+                    insn.on_exec_shared(&on_insn);
                 }
             }
         });
