@@ -117,7 +117,7 @@ where
 /// it costs no allocation, and blocks it is attached to share one entry in
 /// the engine's callback table.
 ///
-/// Made by [`PluginHandle::shared_exec_callback`], it belongs to the
+/// Made by [`crate::PluginHandle::shared_exec_callback`], it belongs to the
 /// registration current when it was made: after a reset completes it no
 /// longer runs, so make a new one where the plugin registers again (in the
 /// reset's completion).
