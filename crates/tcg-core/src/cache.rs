@@ -88,7 +88,7 @@ pub(crate) enum ExecMode {
     /// at the scoreboard between two instructions of such a block.
     Tally,
     /// A [`ExecMode::Tally`] block whose one tally adds the same amount
-    /// ([`CountKey::per_insn`]) per instruction and nothing on entry (an inline
+    /// ([`Tally::per_insn`]) per instruction and nothing on entry (an inline
     /// instruction counter): the loop batches these adds over consecutive
     /// blocks into one pending count per vCPU, applied before anything on
     /// the vCPU can look (see `engine::PendingCount`).
@@ -123,22 +123,7 @@ pub(crate) struct Tally {
     pub(crate) slot: u32,
     /// Start of the block's per-instruction prefix sums in `tally_sums`.
     pub(crate) sums_start: u32,
-    /// For an [`ExecMode::Count`] block: its entry in `Generation::counts`
-    /// ([`NONE`] otherwise).
-    pub(crate) count: u32,
-}
-
-/// Most distinct [`CountKey`]s per generation; blocks past it run as
-/// [`ExecMode::Tally`].
-const MAX_COUNT_KEYS: usize = 256;
-
-/// What an [`ExecMode::Count`] block adds per instruction, and where. Equal
-/// keys share one index, so the loop tells blocks that count into the same
-/// entry apart from others with one compare.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct CountKey {
-    pub(crate) board: u32,
-    pub(crate) slot: u32,
+    /// For an [`ExecMode::Count`] block: the add per instruction.
     pub(crate) per_insn: u64,
 }
 
@@ -340,9 +325,6 @@ pub(crate) struct Generation<Op> {
     pub(crate) actions: Vec<CompiledAction>,
     pub(crate) tallies: Vec<Tally>,
     pub(crate) tally_sums: Vec<u64>,
-    /// The distinct [`CountKey`]s of this generation's Count blocks (few:
-    /// one per inline instruction counter).
-    pub(crate) counts: Vec<CountKey>,
     pub(crate) mem_actions: Vec<CompiledMem>,
     // The only non-`Copy` contents: dropped with the generation, i.e. only
     // once no vCPU can be executing one of its blocks.
@@ -400,7 +382,6 @@ impl<Op: Copy> Generation<Op> {
             actions: Vec::new(),
             tallies: Vec::new(),
             tally_sums: Vec::new(),
-            counts: Vec::new(),
             mem_actions: Vec::new(),
             callbacks: Vec::new(),
             mem_callbacks: Vec::new(),
@@ -428,7 +409,6 @@ impl<Op: Copy> Generation<Op> {
         self.actions.clear();
         self.tallies.clear();
         self.tally_sums.clear();
-        self.counts.clear();
         self.mem_actions.clear();
         self.callbacks.clear();
         self.mem_callbacks.clear();
@@ -557,34 +537,14 @@ impl<Op: Copy> Generation<Op> {
         match plan {
             Some(plan) if tally_only(plan) => {
                 let (start, len) = self.compile_tally(plan, insns);
-                let uniform = self.uniform_tally(start, len, insns);
-                let tally = self.tallies.get(start as usize).copied();
-                let mode = match (uniform, tally) {
-                    (Some(per_insn), Some(t)) => {
-                        let key = CountKey {
-                            board: t.board,
-                            slot: t.slot,
-                            per_insn,
-                        };
-                        let count = match self.counts.iter().position(|k| *k == key) {
-                            Some(i) => Some(idx(i)),
-                            // Bounded, so the search stays short even if a
-                            // plugin makes new scoreboards on every reset.
-                            None if self.counts.len() < MAX_COUNT_KEYS => {
-                                self.counts.push(key);
-                                Some(idx(self.counts.len() - 1))
-                            }
-                            None => None,
-                        };
-                        match (count, self.tallies.get_mut(start as usize)) {
-                            (Some(count), Some(t)) => {
-                                t.count = count;
-                                ExecMode::Count
-                            }
-                            _ => ExecMode::Tally,
+                let mode = match self.uniform_tally(start, len, insns) {
+                    Some(per_insn) => {
+                        if let Some(t) = self.tallies.get_mut(start as usize) {
+                            t.per_insn = per_insn;
                         }
+                        ExecMode::Count
                     }
-                    _ => ExecMode::Tally,
+                    None => ExecMode::Tally,
                 };
                 (mode, start, len)
             }
@@ -872,7 +832,7 @@ impl<Op: Copy> Generation<Op> {
                         board,
                         slot,
                         sums_start: idx(s),
-                        count: NONE,
+                        per_insn: 0,
                     });
                     s
                 }

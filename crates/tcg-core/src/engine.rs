@@ -65,33 +65,33 @@ const MAX_PENDING_INSNS: u64 = 4096;
 /// [`MAX_PENDING_INSNS`] instructions for readers on other threads.
 #[derive(Clone, Copy)]
 struct PendingCount {
-    /// Index in the current generation's `counts`; [`NONE`] when empty.
-    count: u32,
-    /// The vCPU counted for: the one `run_vcpu` runs (the sum is settled
-    /// before it returns).
+    /// Index in the current generation's boards; [`NONE`] when empty.
+    board: u32,
+    slot: u32,
     vcpu: u32,
+    per_insn: u64,
     insns: u64,
 }
 
 impl PendingCount {
     const EMPTY: PendingCount = PendingCount {
-        count: NONE,
+        board: NONE,
+        slot: 0,
         vcpu: 0,
+        per_insn: 0,
         insns: 0,
     };
 
     /// Applies the pending sum to `generation`'s scoreboard and empties it.
     #[inline]
     fn settle<Op: Copy>(&mut self, generation: &Generation<Op>) {
-        if self.count != NONE {
-            if let Some(key) = generation.counts.get(self.count as usize) {
-                if let Some(board) = generation.boards.get(key.board as usize) {
-                    board.add_in_row(
-                        self.vcpu,
-                        key.slot as usize,
-                        key.per_insn.wrapping_mul(self.insns),
-                    );
-                }
+        if self.board != NONE {
+            if let Some(board) = generation.boards.get(self.board as usize) {
+                board.add_in_row(
+                    self.vcpu,
+                    self.slot as usize,
+                    self.per_insn.wrapping_mul(self.insns),
+                );
             }
             *self = PendingCount::EMPTY;
         }
@@ -109,7 +109,11 @@ impl PendingCount {
         let Some(t) = generation.tallies.get(tb.instr_start as usize) else {
             return;
         };
-        if self.count == t.count {
+        if self.board == t.board
+            && self.slot == t.slot
+            && self.per_insn == t.per_insn
+            && self.vcpu == vcpu
+        {
             self.insns += u64::from(executed);
             if self.insns >= MAX_PENDING_INSNS {
                 self.settle(generation);
@@ -117,8 +121,10 @@ impl PendingCount {
         } else {
             self.settle(generation);
             *self = PendingCount {
-                count: t.count,
+                board: t.board,
+                slot: t.slot,
                 vcpu,
+                per_insn: t.per_insn,
                 insns: u64::from(executed),
             };
         }
