@@ -1024,3 +1024,33 @@ fn batched_inline_counts_are_exact_wherever_the_vcpu_looks() {
     assert_eq!(seen[4], ("callback", 6 * before_syscall, 2));
     assert_eq!(insns.get(0, 0), 6 * before_syscall);
 }
+
+#[test]
+fn a_new_counter_board_on_every_reinstrumentation_stays_exact() {
+    // 300 rounds, each counting into a board of its own: batched counts
+    // must land on the board the round's blocks were planned with.
+    let mut mem = machine(&loop_program(10));
+    let mut engine = Engine::new(Toy);
+    let current: Arc<Mutex<Arc<Scoreboard>>> =
+        Arc::new(Mutex::new(Arc::new(Scoreboard::new(1, 1))));
+    let c = current.clone();
+    install(&mut engine, move |_tb, plan| {
+        let board = c.lock().unwrap().clone();
+        for insn in plan.insns_mut() {
+            insn.on_execute(Action::Inline(InlineOp {
+                board: board.clone(),
+                slot: 0,
+                kind: InlineKind::Add(2),
+            }));
+        }
+    });
+    for round in 0..300 {
+        let board = Arc::new(Scoreboard::new(1, 1));
+        *current.lock().unwrap() = board.clone();
+        engine.reinstrument();
+        let mut cpu = cpu_at(CODE);
+        assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
+        assert_eq!(board.get(0, 0), 2 * loop_insns(10), "round {round}");
+    }
+    assert_eq!(engine.stats().tbs_translated, 3, "no flush needed");
+}
