@@ -1,7 +1,9 @@
 //! The plugin API and the bundled plugins on small hand-assembled RV64
 //! programs whose counts are known exactly.
 
-use std::io::Write;
+mod common;
+use common::{ECALL, Shared, addi, blt, i_type};
+
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
@@ -26,12 +28,6 @@ const A2: u32 = 12;
 const T0: u32 = 5;
 const T1: u32 = 6;
 
-fn i_type(opcode: u32, funct3: u32, rd: u32, rs1: u32, imm: i32) -> u32 {
-    ((imm as u32 & 0xfff) << 20) | (rs1 << 15) | (funct3 << 12) | (rd << 7) | opcode
-}
-fn addi(rd: u32, rs1: u32, imm: i32) -> u32 {
-    i_type(0x13, 0, rd, rs1, imm)
-}
 fn ld(rd: u32, rs1: u32, imm: i32) -> u32 {
     i_type(0x03, 3, rd, rs1, imm)
 }
@@ -42,18 +38,6 @@ fn sd(rs2: u32, rs1: u32, imm: i32) -> u32 {
 fn lui(rd: u32, imm20: u32) -> u32 {
     (imm20 << 12) | (rd << 7) | 0x37
 }
-fn blt(rs1: u32, rs2: u32, offset: i32) -> u32 {
-    let o = offset as u32;
-    (((o >> 12) & 1) << 31)
-        | (((o >> 5) & 0x3f) << 25)
-        | (rs2 << 20)
-        | (rs1 << 15)
-        | (4 << 12)
-        | (((o >> 1) & 0xf) << 8)
-        | (((o >> 11) & 1) << 7)
-        | 0x63
-}
-const ECALL: u32 = 0x73;
 
 /// The loop program: 10 iterations of two loads and one store.
 /// 53 instructions, 20 loads, 10 stores, 11 blocks (7 + 9 x 5 + 1 insns).
@@ -97,27 +81,6 @@ fn run(host: &PluginHost, code: &[u32]) -> Result<Engine<Rv64>, Box<dyn std::err
 
 fn host() -> PluginHost {
     PluginHost::new(GuestInfo::user("riscv64", 1), Box::new(std::io::sink()))
-}
-
-/// Output shared with the test.
-#[derive(Clone, Default)]
-struct Shared(Arc<Mutex<Vec<u8>>>);
-impl Write for Shared {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .map_err(|_| std::io::ErrorKind::Other)?
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-impl Shared {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().map(|v| v.clone()).unwrap_or_default()).into_owned()
-    }
 }
 
 fn args(name: &str, pairs: &[(&str, &str)]) -> PluginArgs {

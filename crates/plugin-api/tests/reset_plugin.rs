@@ -3,8 +3,10 @@
 //! as its threshold says, every reset completes once, and its instruction
 //! count equals an uninstrumented run's.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
+mod common;
+use common::{ECALL, Shared, addi, blt};
+
+use std::sync::Arc;
 
 use tcgkit_plugin_api::plugins::insn::InsnCount;
 use tcgkit_plugin_api::plugins::reset::PeriodicReset;
@@ -18,26 +20,9 @@ const CODE: u64 = 0x10000;
 const A0: u32 = 10;
 const A1: u32 = 11;
 const A2: u32 = 12;
-const ECALL: u32 = 0x73;
-
-fn addi(rd: u32, rs1: u32, imm: i32) -> u32 {
-    ((imm as u32 & 0xfff) << 20) | (rs1 << 15) | (rd << 7) | 0x13
-}
 
 /// `jal x0, +4`: jumps to the next instruction, so it ends a block.
 const JUMP_NEXT: u32 = (2 << 21) | 0x6f;
-
-fn blt(rs1: u32, rs2: u32, offset: i32) -> u32 {
-    let o = offset as u32;
-    (((o >> 12) & 1) << 31)
-        | (((o >> 5) & 0x3f) << 25)
-        | (rs2 << 20)
-        | (rs1 << 15)
-        | (4 << 12)
-        | (((o >> 1) & 0xf) << 8)
-        | (((o >> 11) & 1) << 7)
-        | 0x63
-}
 
 /// `iterations` passes over `blocks` distinct two-instruction blocks
 /// (`addi; jal +4`), then an ecall. Executes
@@ -80,27 +65,6 @@ fn run(code: &[u32], host: Option<&PluginHost>) -> Result<u64, Box<dyn std::erro
         host.finish()?;
     }
     Ok(engine.stats().insns_executed)
-}
-
-/// Output shared with the test.
-#[derive(Clone, Default)]
-struct Shared(Arc<Mutex<Vec<u8>>>);
-impl Write for Shared {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .map_err(|_| std::io::ErrorKind::Other)?
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-impl Shared {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().map(|v| v.clone()).unwrap_or_default()).into_owned()
-    }
 }
 
 struct Outcome {
