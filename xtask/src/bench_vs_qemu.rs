@@ -176,6 +176,11 @@ struct Cell {
     unavailable: Option<String>,
 }
 
+/// Seconds as the tables show them, or `n/a`.
+fn secs(v: Option<f64>) -> String {
+    v.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.3}"))
+}
+
 fn median(values: &[f64]) -> Option<f64> {
     let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
     if v.is_empty() {
@@ -850,7 +855,6 @@ impl Report<'_> {
 
     fn markdown(&self) -> Result<String> {
         let mut s = String::new();
-        let secs = |v: Option<f64>| v.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.3}"));
         writeln!(s, "## Side by side with QEMU\n")?;
         writeln!(
             s,
@@ -1090,7 +1094,7 @@ mod reset {
     //! each translator ends its blocks, so both sides must agree on the
     //! number of resets as well as on the instructions.
 
-    use super::{Counts, Side, Workload, median, qemu_plugin_command, tcgkit_plugin_command};
+    use super::{Counts, Side, Workload, median, qemu_plugin_command, secs, tcgkit_plugin_command};
     use anyhow::Result;
     use std::fmt::Write as _;
     use std::path::Path;
@@ -1320,7 +1324,6 @@ mod reset {
              QEMU/tcgkit | agree |"
         )?;
         writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|:---:|")?;
-        let secs = |v: Option<f64>| v.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.3}"));
         let micros =
             |v: Option<f64>| v.map_or_else(|| "n/a".to_owned(), |v| format!("{:.1}", v * 1e6));
         let cost = |p: Option<&Pair>| {
