@@ -43,6 +43,34 @@ static inline int tcgkit_unknown_arg(const char *plugin, const char *arg)
     return -1;
 }
 
+/* The counting callback of tcgkit_count_insns: one more in *counter. */
+static inline void tcgkit_count_insn(unsigned int vcpu_index, void *counter)
+{
+    (void)vcpu_index;
+    (*(uint64_t *)counter)++;
+}
+
+/*
+ * Counts every instruction of `tb` into *counter when it executes: with an
+ * inline add emitted into the translated code, or with a call per
+ * instruction.
+ */
+static inline void tcgkit_count_insns(struct qemu_plugin_tb *tb, int use_inline,
+                                      uint64_t *counter)
+{
+    size_t n = qemu_plugin_tb_n_insns(tb);
+    for (size_t i = 0; i < n; i++) {
+        struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
+        if (use_inline) {
+            qemu_plugin_register_vcpu_insn_exec_inline(
+                insn, QEMU_PLUGIN_INLINE_ADD_U64, counter, 1);
+        } else {
+            qemu_plugin_register_vcpu_insn_exec_cb(
+                insn, tcgkit_count_insn, QEMU_PLUGIN_CB_NO_REGS, counter);
+        }
+    }
+}
+
 /* Writes one formatted report line through QEMU's plugin log. */
 #define TCGKIT_OUT(...)                                   \
     do {                                                  \

@@ -66,13 +66,6 @@ static void on_block(unsigned int vcpu_index, void *userdata)
     qemu_plugin_reset(self_id, on_reset_done);
 }
 
-static void on_insn(unsigned int vcpu_index, void *userdata)
-{
-    (void)vcpu_index;
-    (void)userdata;
-    insn_count++;
-}
-
 static void on_translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 {
     (void)id;
@@ -80,17 +73,7 @@ static void on_translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
     translated_since_reset++;
     qemu_plugin_register_vcpu_tb_exec_cb(tb, on_block, QEMU_PLUGIN_CB_NO_REGS,
                                          NULL);
-    size_t n = qemu_plugin_tb_n_insns(tb);
-    for (size_t i = 0; i < n; i++) {
-        struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
-        if (use_inline) {
-            qemu_plugin_register_vcpu_insn_exec_inline(
-                insn, QEMU_PLUGIN_INLINE_ADD_U64, &insn_count, 1);
-        } else {
-            qemu_plugin_register_vcpu_insn_exec_cb(
-                insn, on_insn, QEMU_PLUGIN_CB_NO_REGS, NULL);
-        }
-    }
+    tcgkit_count_insns(tb, use_inline, &insn_count);
 }
 
 static void report(qemu_plugin_id_t id, void *userdata)
