@@ -3,7 +3,7 @@
 use tcgkit_tcg_core::{AccessKind, CpuExit, MemFaultKind};
 
 use super::enc::{self, amo};
-use super::{DATA, Machine, exec};
+use super::{CountingMemory, DATA, Machine, exec};
 
 const A0: u8 = 10;
 const A1: u8 = 11;
@@ -165,33 +165,6 @@ fn amo_on_read_only_memory_is_a_store_fault() {
             (AccessKind::Write, MemFaultKind::Unmapped)
         ),
         other => panic!("{other:?}"),
-    }
-}
-
-/// Counts the accesses an instruction makes through `MemAccess`, which is
-/// what instrumentation (plugins' memory callbacks) sees.
-struct CountingMemory<'a> {
-    mem: &'a mut tcgkit_tcg_core::GuestMemory,
-    loads: u32,
-    stores: u32,
-}
-
-impl tcgkit_tcg_core::MemAccess for CountingMemory<'_> {
-    fn load(
-        &mut self,
-        addr: u64,
-        size: u8,
-        signed: bool,
-    ) -> Result<u64, tcgkit_tcg_core::MemFault> {
-        self.loads += 1;
-        tcgkit_tcg_core::MemAccess::load(self.mem, addr, size, signed)
-    }
-    fn store(&mut self, addr: u64, size: u8, value: u64) -> Result<(), tcgkit_tcg_core::MemFault> {
-        self.stores += 1;
-        tcgkit_tcg_core::MemAccess::store(self.mem, addr, size, value)
-    }
-    fn memory(&mut self) -> &mut tcgkit_tcg_core::GuestMemory {
-        self.mem
     }
 }
 

@@ -17,6 +17,33 @@ use crate::{Cpu, Rv64};
 pub(crate) const CODE: u64 = 0x1_0000;
 pub(crate) const DATA: u64 = 0x2_0000;
 
+/// Counts the accesses an instruction makes through `MemAccess`, which is
+/// what instrumentation (plugins' memory callbacks) sees.
+pub(crate) struct CountingMemory<'a> {
+    pub(crate) mem: &'a mut GuestMemory,
+    pub(crate) loads: u32,
+    pub(crate) stores: u32,
+}
+
+impl tcgkit_tcg_core::MemAccess for CountingMemory<'_> {
+    fn load(
+        &mut self,
+        addr: u64,
+        size: u8,
+        signed: bool,
+    ) -> Result<u64, tcgkit_tcg_core::MemFault> {
+        self.loads += 1;
+        tcgkit_tcg_core::MemAccess::load(self.mem, addr, size, signed)
+    }
+    fn store(&mut self, addr: u64, size: u8, value: u64) -> Result<(), tcgkit_tcg_core::MemFault> {
+        self.stores += 1;
+        tcgkit_tcg_core::MemAccess::store(self.mem, addr, size, value)
+    }
+    fn memory(&mut self) -> &mut GuestMemory {
+        self.mem
+    }
+}
+
 /// A hart with code at [`CODE`] (r-x) and one zeroed page at [`DATA`] (rw-).
 pub(crate) struct Machine {
     pub cpu: Cpu,
