@@ -555,17 +555,7 @@ fn probe_tcgkit(root: &Path, tcgkit: &Path) -> Result<Support> {
             ));
             continue;
         }
-        let _ = std::fs::remove_file(&out);
-        let status = Command::new(tcgkit)
-            .args(["run", "--plugin", spec, "--plugin-out"])
-            .arg(&out)
-            .arg(&guest)
-            .arg("exit=0")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .context("probing tcgkit plugins")?;
-        let counts = Counts::parse(&std::fs::read_to_string(&out).unwrap_or_default());
+        let (status, counts) = probe_plugin(tcgkit, spec, &guest, &out)?;
         let reported = !counts.compared(config).is_empty()
             && counts.compared(config).iter().all(Option::is_some);
         if !status.success() || !reported {
@@ -577,17 +567,7 @@ fn probe_tcgkit(root: &Path, tcgkit: &Path) -> Result<Support> {
     }
     let reset = if flags {
         let spec = reset::tcgkit_spec(reset::PROBE_EVERY);
-        let _ = std::fs::remove_file(&out);
-        let status = Command::new(tcgkit)
-            .args(["run", "--plugin", &spec, "--plugin-out"])
-            .arg(&out)
-            .arg(&guest)
-            .arg("exit=0")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .context("probing the tcgkit reset plugin")?;
-        let counts = Counts::parse(&std::fs::read_to_string(&out).unwrap_or_default());
+        let (status, counts) = probe_plugin(tcgkit, &spec, &guest, &out)?;
         (!status.success() || !reset::reported(&counts)).then(|| {
             format!("`--plugin {spec}` did not run or report resets and counts ({status})")
         })
@@ -596,6 +576,30 @@ fn probe_tcgkit(root: &Path, tcgkit: &Path) -> Result<Support> {
     };
     let _ = std::fs::remove_file(&out);
     Ok(Support { reasons, reset })
+}
+
+/// Runs `guest exit=0` under `tcgkit run --plugin spec`, its report going to
+/// `out`; the exit status and the counts the report holds.
+fn probe_plugin(
+    tcgkit: &Path,
+    spec: &str,
+    guest: &Path,
+    out: &Path,
+) -> Result<(ExitStatus, Counts)> {
+    let _ = std::fs::remove_file(out);
+    let status = Command::new(tcgkit)
+        .args(["run", "--plugin", spec, "--plugin-out"])
+        .arg(out)
+        .arg(guest)
+        .arg("exit=0")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .with_context(|| format!("probing tcgkit --plugin {spec}"))?;
+    Ok((
+        status,
+        Counts::parse(&std::fs::read_to_string(out).unwrap_or_default()),
+    ))
 }
 
 fn qemu_command(plugins: &Path, config: Config, workload: &Workload, scratch: &Path) -> Command {
