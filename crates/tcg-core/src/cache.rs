@@ -98,6 +98,11 @@ pub(crate) enum ExecMode {
     /// [`InsnHook`] before it, with instructions executing directly on guest
     /// memory as in the plain loop.
     Steps,
+    /// A [`ExecMode::Steps`] plan that is one and the same callback before
+    /// every instruction and nothing else (an instruction-counting plugin
+    /// in callback mode): a loop that looks the callback up once per block
+    /// instead of each instruction's hook.
+    CallEach,
     /// The general case: as [`ExecMode::Steps`], with instructions executing
     /// through an accessor that runs their memory actions.
     StepsWithMemory,
@@ -106,7 +111,10 @@ pub(crate) enum ExecMode {
 impl ExecMode {
     /// Runs the instrumented loop (its plan is hooks).
     fn runs_steps(self) -> bool {
-        matches!(self, ExecMode::Steps | ExecMode::StepsWithMemory)
+        matches!(
+            self,
+            ExecMode::Steps | ExecMode::CallEach | ExecMode::StepsWithMemory
+        )
     }
     /// Runs the plain loop with tallies (its plan is tallies).
     fn tallies(self) -> bool {
@@ -552,6 +560,8 @@ impl<Op: Copy> Generation<Op> {
                 let (start, len) = self.compile(plan, insns);
                 let mode = if plan.insns.iter().any(|i| !i.mem.is_empty()) {
                     ExecMode::StepsWithMemory
+                } else if self.calls_each(start, len) {
+                    ExecMode::CallEach
                 } else {
                     ExecMode::Steps
                 };
@@ -559,6 +569,19 @@ impl<Op: Copy> Generation<Op> {
             }
             None => (ExecMode::Plain, NONE, 0),
         }
+    }
+
+    /// Whether the `len` hooks at `start` (block entry first) are no action
+    /// on entry and the same sole callback before every instruction.
+    fn calls_each(&self, start: u32, len: u32) -> bool {
+        let Some([entry, first, rest @ ..]) =
+            self.hooks.get(start as usize..(start + len) as usize)
+        else {
+            return false;
+        };
+        entry.actions_len == 0
+            && first.sole_call != NONE
+            && rest.iter().all(|h| h.sole_call == first.sole_call)
     }
 
     /// The add per instruction if the `len` tallies at `start` are one that
@@ -657,7 +680,7 @@ impl<Op: Copy> Generation<Op> {
                     },
                 })
             }
-            ExecMode::Steps | ExecMode::StepsWithMemory => {
+            ExecMode::Steps | ExecMode::CallEach | ExecMode::StepsWithMemory => {
                 let hooks = self.hooks.get(start..start + len)?;
                 let (first, last) = (hooks.first()?, hooks.last()?);
                 let actions = first.actions_start as usize;

@@ -31,8 +31,8 @@ use crate::cache::{
 };
 use crate::frontend::{CpuExit, DecodeError, Flow, Frontend, MemAccess, sign_extend};
 use crate::instrument::{
-    CallbackContext, InsnCallback, InsnInfo, Instrumentation, MemAccessInfo, MemCallback, Requests,
-    Scoreboard, TbPlan, TbView,
+    CallbackContext, InsnInfo, Instrumentation, MemAccessInfo, MemCallback, Requests, Scoreboard,
+    TbPlan, TbView,
 };
 use crate::memory::{GuestMemory, MemFault, PAGE_SIZE};
 
@@ -759,7 +759,9 @@ impl<F: Frontend> Engine<F> {
                 // Callbacks may read the scoreboards.
                 self.pending_count.settle(current);
                 F::set_pc(cpu, pc);
-                let end = if tb.mode == ExecMode::Steps {
+                let end = if tb.mode == ExecMode::CallEach {
+                    Self::exec_call_each(current, &self.signals, vcpu.index, tb, cpu, mem)
+                } else if tb.mode == ExecMode::Steps {
                     Self::exec_instrumented::<false>(
                         current,
                         &self.signals,
@@ -1121,7 +1123,7 @@ impl<F: Frontend> Engine<F> {
                 called = true;
                 F::set_pc(cpu, pc);
                 if let Some(cb) = generation.callbacks.get(hook.sole_call as usize) {
-                    call::<F>(cb, vcpu, pc, cpu, access.mem, &mut access.requests);
+                    call::<F>(&**cb, vcpu, pc, cpu, access.mem, &mut access.requests);
                 }
             } else if hook.actions_len != 0 {
                 called |= Self::run_actions(generation, hook, vcpu, pc, cpu, &mut access);
@@ -1178,6 +1180,69 @@ impl<F: Frontend> Engine<F> {
         }
     }
 
+    /// The loop of a [`ExecMode::CallEach`] block: its one callback before
+    /// each instruction, looked up once for the block; otherwise the plain
+    /// loop, stopping after an instruction whose callback requested a flush
+    /// or exit (or when another thread did).
+    #[inline(always)]
+    fn exec_call_each(
+        generation: &Generation<F::Op>,
+        signals: &Signals,
+        vcpu: u32,
+        tb: &TbHeader,
+        cpu: &mut F::Cpu,
+        mem: &mut GuestMemory,
+    ) -> BlockEnd {
+        let ops = generation.ops_of(tb).unwrap_or_default();
+        // Hook 0 is the (empty) entry hook; every instruction's hook names
+        // the same callback.
+        let cb = generation
+            .hooks
+            .get(tb.instr_start as usize + 1)
+            .and_then(|hook| generation.callbacks.get(hook.sole_call as usize));
+        let Some(cb) = cb else {
+            return Self::exec_instrumented::<false>(generation, signals, vcpu, tb, cpu, mem);
+        };
+        let cb: &InsnCallbackFn = &**cb;
+        let base = tb.pc;
+        let mut requests = Requests::default();
+        let mut iter = ops.iter();
+        while let Some(op) = iter.next() {
+            let pc = base.wrapping_add(u64::from(op.offset));
+            F::set_pc(cpu, pc);
+            call::<F>(cb, vcpu, pc, cpu, mem, &mut requests);
+            let executed = count(ops.len() - iter.len());
+            match F::execute(cpu, &op.op, pc, mem) {
+                Flow::Next => {}
+                Flow::Jump(target) => {
+                    return BlockEnd {
+                        next_pc: target,
+                        executed,
+                        exit: None,
+                        requests,
+                    };
+                }
+                Flow::Exit(exit) => {
+                    return Self::exit_at(exit, pc, op.len, executed, requests);
+                }
+            }
+            if requests.any() || signals.pending.load(Ordering::Relaxed) != 0 {
+                return BlockEnd {
+                    next_pc: pc.wrapping_add(u64::from(op.len)),
+                    executed,
+                    exit: None,
+                    requests,
+                };
+            }
+        }
+        BlockEnd {
+            next_pc: base.wrapping_add(u64::from(tb.size)),
+            executed: count(ops.len()),
+            exit: None,
+            requests,
+        }
+    }
+
     /// Runs the actions of `hook` (before the instruction at `pc`, or on
     /// block entry); returns whether a callback ran.
     #[inline(always)]
@@ -1206,7 +1271,7 @@ impl<F: Frontend> Engine<F> {
                     called = true;
                     F::set_pc(cpu, pc);
                     if let Some(cb) = generation.callbacks.get(cb as usize) {
-                        call::<F>(cb, vcpu, pc, cpu, access.mem, &mut access.requests);
+                        call::<F>(&**cb, vcpu, pc, cpu, access.mem, &mut access.requests);
                     }
                 }
                 CompiledAction::Conditional {
@@ -1224,7 +1289,7 @@ impl<F: Frontend> Engine<F> {
                         called = true;
                         F::set_pc(cpu, pc);
                         if let Some(cb) = generation.callbacks.get(cb as usize) {
-                            call::<F>(cb, vcpu, pc, cpu, access.mem, &mut access.requests);
+                            call::<F>(&**cb, vcpu, pc, cpu, access.mem, &mut access.requests);
                         }
                     }
                 }
@@ -1250,12 +1315,15 @@ fn count(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
+/// An instruction callback behind its `Arc`.
+type InsnCallbackFn = dyn Fn(&mut CallbackContext<'_>) + Send + Sync;
+
 /// Runs an instruction or block-entry callback. Inlined into the
 /// instrumented loop: out of line, LLVM passed the callback's fat pointer
 /// through the stack, and reloading it stalled on store forwarding.
 #[inline(always)]
 fn call<F: Frontend>(
-    cb: &InsnCallback,
+    cb: &InsnCallbackFn,
     vcpu: u32,
     pc: u64,
     cpu: &F::Cpu,

@@ -389,6 +389,85 @@ fn exit_requested_from_a_callback_stops_after_the_instruction() {
     assert_eq!(cpu.x[3], 3);
 }
 
+/// Runs `loop_program(40)` with a callback before every instruction that
+/// records the pc and r1 it sees: one callback attached everywhere
+/// (`shared`), or a new one per instruction.
+fn trace_every_instruction(shared: bool) -> (Vec<(u64, u64)>, u64) {
+    let mut mem = machine(&loop_program(40));
+    let mut engine = Engine::new(Toy);
+    let trace = Arc::new(Mutex::new(Vec::new()));
+    let make = {
+        let trace = trace.clone();
+        move || -> InsnCallback {
+            let trace = trace.clone();
+            Arc::new(move |ctx: &mut CallbackContext<'_>| {
+                let r1 = ctx.read_register("r1").unwrap_or(u64::MAX);
+                trace.lock().unwrap().push((ctx.pc(), r1));
+            })
+        }
+    };
+    let one = make();
+    install(&mut engine, move |_tb, plan| {
+        for insn in plan.insns_mut() {
+            let cb = if shared { one.clone() } else { make() };
+            insn.on_execute(Action::Callback(cb));
+        }
+    });
+    let mut cpu = cpu_at(CODE);
+    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
+    assert_eq!(cpu.x[1], 40);
+    let trace = trace.lock().unwrap().clone();
+    (trace, engine.stats().insns_executed)
+}
+
+#[test]
+fn one_callback_on_every_instruction_sees_what_separate_ones_see() {
+    let (shared, insns) = trace_every_instruction(true);
+    let (separate, separate_insns) = trace_every_instruction(false);
+    assert_eq!(insns, loop_insns(40));
+    assert_eq!(separate_insns, insns);
+    assert_eq!(shared.len() as u64, insns, "one call per instruction");
+    assert_eq!(shared, separate);
+    // Before each instruction, in program order: the first is the entry.
+    assert_eq!(shared.first(), Some(&(CODE, 0)));
+    assert_eq!(shared.last(), Some(&(CODE + 0x40, 40)), "the syscall, last");
+}
+
+#[test]
+fn exit_requested_from_a_callback_on_every_instruction_stops_after_it() {
+    let code = [addi(1, 0, 1), addi(2, 0, 2), addi(3, 0, 3), syscall()];
+    let mut mem = machine(&code);
+    let mut engine = Engine::new(Toy);
+    let calls = Arc::new(AtomicU64::new(0));
+    let c = calls.clone();
+    let cb: InsnCallback = Arc::new(move |ctx: &mut CallbackContext<'_>| {
+        if c.fetch_add(1, Relaxed) == 1 {
+            ctx.request_exit();
+        }
+    });
+    install(&mut engine, move |_tb, plan| {
+        for insn in plan.insns_mut() {
+            insn.on_execute(Action::Callback(cb.clone()));
+        }
+    });
+    let mut cpu = cpu_at(CODE);
+    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::ExitRequested);
+    assert_eq!(
+        cpu.pc,
+        CODE + 8,
+        "the instruction whose callback asked completed"
+    );
+    assert_eq!((cpu.x[2], cpu.x[3]), (2, 0));
+    assert_eq!(engine.stats().insns_executed, 2);
+    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
+    assert_eq!(cpu.x[3], 3);
+    assert_eq!(
+        calls.load(Relaxed),
+        4,
+        "each instruction's callback ran once"
+    );
+}
+
 /// The seed scenario: loop body `addi r1; sd r1 -> DATA; ld r3 <- DATA; bne`.
 fn storm_program(n: i32) -> Vec<u32> {
     let mut code = loop_program(n);
