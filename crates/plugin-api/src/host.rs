@@ -19,7 +19,7 @@ use crate::PluginError;
 use crate::args::PluginSpec;
 use crate::registry::PluginRegistry;
 use crate::symbols::SymbolTable;
-use crate::trans::{Access, ExecContext, SharedExecCallback, TbTrans};
+use crate::trans::{Access, ExecContext, SharedExecCallback, SharedMemCallback, TbTrans};
 
 /// What a plugin learns about the guest at install time.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -559,6 +559,22 @@ impl PluginHandle {
             generation,
         });
         SharedExecCallback::new(guard.as_ref(), access, cb)
+    }
+
+    /// Builds a memory callback to attach to many instructions without a
+    /// new closure each time (see [`SharedMemCallback`]); like
+    /// [`PluginHandle::shared_exec_callback`], it belongs to the current
+    /// registration.
+    pub fn shared_mem_callback(
+        &self,
+        access: Access,
+        cb: impl Fn(&mut ExecContext<'_, '_>, &tcgkit_tcg_core::MemAccessInfo) + Send + Sync + 'static,
+    ) -> SharedMemCallback {
+        let guard = self.register(|_| {}).map(|generation| Guard {
+            slot: Arc::clone(&self.slot),
+            generation,
+        });
+        SharedMemCallback::new(guard.as_ref(), access, cb)
     }
 
     /// Calls `cb` for every translated block (QEMU's `tb_trans`): it sees

@@ -12,7 +12,8 @@
 //! conditional callbacks ([`TbTrans::on_exec_cond`]). Callbacks read guest
 //! registers and memory only if they declared it ([`Access`]). One callback
 //! meant for many blocks or instructions can be built once
-//! ([`PluginHandle::shared_exec_callback`]) and attached without a new
+//! ([`PluginHandle::shared_exec_callback`],
+//! [`PluginHandle::shared_mem_callback`]) and attached without a new
 //! closure each time, as a QEMU plugin passes one function.
 //!
 //! # Reset and uninstall from inside any callback
@@ -127,6 +128,6 @@ pub use error::PluginError;
 pub use host::{GuestInfo, Plugin, PluginHandle, PluginHost, PluginId, PluginLifecycle};
 pub use registry::{PluginFactory, PluginRegistry};
 pub use symbols::SymbolTable;
-pub use trans::{Access, ExecContext, InsnTrans, SharedExecCallback, TbTrans};
+pub use trans::{Access, ExecContext, InsnTrans, SharedExecCallback, SharedMemCallback, TbTrans};
 
 pub use tcgkit_tcg_core::{Compare, InlineKind, MemAccessInfo, MemFilter, Scoreboard};

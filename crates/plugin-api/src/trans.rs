@@ -146,6 +146,39 @@ impl SharedExecCallback {
     }
 }
 
+/// A memory callback built once and attached to any number of instructions
+/// ([`InsnTrans::on_mem_shared`]): QEMU's one function for every
+/// instrumented access, where [`InsnTrans::on_mem`] makes a new closure for
+/// each instruction. Blocks whose memory-accessing instructions all carry
+/// the same one run through a leaner loop.
+///
+/// Made by [`crate::PluginHandle::shared_mem_callback`], it belongs to the
+/// registration current when it was made, as [`SharedExecCallback`] does.
+#[derive(Clone)]
+pub struct SharedMemCallback {
+    cb: MemCallback,
+}
+
+impl fmt::Debug for SharedMemCallback {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SharedMemCallback")
+    }
+}
+
+impl SharedMemCallback {
+    pub(crate) fn new<F>(guard: Option<&Guard>, access: Access, f: F) -> Self
+    where
+        F: Fn(&mut ExecContext<'_, '_>, &MemAccessInfo) + Send + Sync + 'static,
+    {
+        let cb = match guard {
+            Some(guard) => mem_callback(guard, access, f),
+            // The plugin is gone or leaving: a callback that does nothing.
+            None => Arc::new(|_: &mut CallbackContext<'_>, _: &MemAccessInfo| {}),
+        };
+        SharedMemCallback { cb }
+    }
+}
+
 fn mem_callback<F>(guard: &Guard, access: Access, f: F) -> MemCallback
 where
     F: Fn(&mut ExecContext<'_, '_>, &MemAccessInfo) + Send + Sync + 'static,
@@ -422,6 +455,13 @@ impl InsnTrans<'_> {
             filter,
             MemAction::Callback(mem_callback(self.guard, access, cb)),
         );
+    }
+
+    /// Calls the shared callback `cb` after each of the instruction's memory
+    /// accesses that `filter` selects (see [`InsnTrans::on_mem`]).
+    pub fn on_mem_shared(&mut self, filter: MemFilter, cb: &SharedMemCallback) {
+        self.plan
+            .on_memory(filter, MemAction::Callback(Arc::clone(&cb.cb)));
     }
 
     /// Applies `kind` to the scoreboard entry on each selected access,

@@ -950,3 +950,73 @@ fn shared_callbacks_count_every_attachment_and_die_with_their_registration() -> 
     host.finish()?;
     Ok(())
 }
+
+/// Counts loads into `counter` with a shared memory callback made now,
+/// attached to every instruction (and, if given, `stale` attached too).
+fn count_loads_with_shared(
+    handle: &PluginHandle,
+    counter: &Arc<AtomicU64>,
+    stale: Option<SharedMemCallback>,
+) -> SharedMemCallback {
+    let c = counter.clone();
+    let shared = handle.shared_mem_callback(Access::NONE, move |_, access| {
+        assert!(!access.is_store, "the filter lets loads through only");
+        c.fetch_add(1, Relaxed);
+    });
+    let attach = shared.clone();
+    handle.on_tb_trans(move |tb| {
+        for mut insn in tb.insns() {
+            insn.on_mem_shared(MemFilter::Reads, &attach);
+            if let Some(stale) = &stale {
+                insn.on_mem_shared(MemFilter::Reads, stale);
+            }
+        }
+    });
+    shared
+}
+
+#[test]
+fn shared_memory_callbacks_see_every_access_and_die_with_their_registration() -> TestResult {
+    let host = host();
+    let (first, second) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let handle = Arc::new(Mutex::new(None::<(PluginHandle, SharedMemCallback)>));
+    let (h, f) = (handle.clone(), first.clone());
+    host.install(
+        "shared-mem",
+        Arc::new(Custom(move |ph: &PluginHandle| {
+            let shared = count_loads_with_shared(ph, &f, None);
+            *h.lock().unwrap() = Some((ph.clone(), shared));
+        })),
+    )?;
+    let (ph, old) = handle
+        .lock()
+        .map_err(|e| e.to_string())?
+        .clone()
+        .ok_or("no handle")?;
+    let (mut mem, mut cpu) = machine(&loop_program())?;
+    let mut engine = Engine::new(Rv64::new());
+    host.attach(&mut engine);
+    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
+    assert_eq!(
+        first.load(Relaxed),
+        20,
+        "two loads in each of 10 iterations"
+    );
+
+    // Reset; the completion registers a new one and attaches the one made
+    // before the reset too: that one no longer runs.
+    let s = second.clone();
+    ph.reset(move |ph| {
+        count_loads_with_shared(ph, &s, Some(old));
+    })?;
+    let (mut mem, mut cpu) = machine(&loop_program())?;
+    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
+    assert_eq!(
+        first.load(Relaxed),
+        20,
+        "the old registration's callback is dead"
+    );
+    assert_eq!(second.load(Relaxed), 20);
+    host.finish()?;
+    Ok(())
+}

@@ -103,6 +103,11 @@ pub(crate) enum ExecMode {
     /// in callback mode): a loop that looks the callback up once per block
     /// instead of each instruction's hook.
     CallEach,
+    /// A [`ExecMode::StepsWithMemory`] plan that is one and the same memory
+    /// action on every instruction that accesses memory and nothing else
+    /// (a memory-watching plugin): a loop that arms that action once per
+    /// block instead of walking each instruction's hook.
+    MemEach,
     /// The general case: as [`ExecMode::Steps`], with instructions executing
     /// through an accessor that runs their memory actions.
     StepsWithMemory,
@@ -113,7 +118,7 @@ impl ExecMode {
     fn runs_steps(self) -> bool {
         matches!(
             self,
-            ExecMode::Steps | ExecMode::CallEach | ExecMode::StepsWithMemory
+            ExecMode::Steps | ExecMode::CallEach | ExecMode::MemEach | ExecMode::StepsWithMemory
         )
     }
     /// Runs the plain loop with tallies (its plan is tallies).
@@ -178,7 +183,7 @@ pub(crate) enum CompiledAction {
 }
 
 /// Compiled memory action.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) enum CompiledMemKind {
     Call {
         cb: u32,
@@ -190,7 +195,7 @@ pub(crate) enum CompiledMemKind {
     },
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct CompiledMem {
     pub(crate) filter: MemFilter,
     pub(crate) kind: CompiledMemKind,
@@ -504,7 +509,7 @@ impl<Op: Copy> Generation<Op> {
         let ops_start = idx(self.ops.len());
         self.ops.extend_from_slice(ops);
         self.raws.extend_from_slice(raws);
-        let (mode, instr_start, instr_len) = self.compile_plan(plan, ops.len());
+        let (mode, instr_start, instr_len) = self.compile_plan(plan, ops_start, ops.len());
         self.tbs.push(TbHeader {
             pc,
             flags,
@@ -539,9 +544,15 @@ impl<Op: Copy> Generation<Op> {
         id
     }
 
-    /// Compiles the instrumentation of a block of `insns` instructions;
-    /// returns how it runs and its range in `hooks` or `tallies`.
-    fn compile_plan(&mut self, plan: Option<&TbPlan>, insns: usize) -> (ExecMode, u32, u32) {
+    /// Compiles the instrumentation of the block of `insns` instructions
+    /// whose ops start at `ops_start`; returns how it runs and its range in
+    /// `hooks` or `tallies`.
+    fn compile_plan(
+        &mut self,
+        plan: Option<&TbPlan>,
+        ops_start: u32,
+        insns: usize,
+    ) -> (ExecMode, u32, u32) {
         match plan {
             Some(plan) if tally_only(plan) => {
                 let (start, len) = self.compile_tally(plan, insns);
@@ -559,7 +570,11 @@ impl<Op: Copy> Generation<Op> {
             Some(plan) => {
                 let (start, len) = self.compile(plan, insns);
                 let mode = if plan.insns.iter().any(|i| !i.mem.is_empty()) {
-                    ExecMode::StepsWithMemory
+                    if self.mem_each(start, len, ops_start) {
+                        ExecMode::MemEach
+                    } else {
+                        ExecMode::StepsWithMemory
+                    }
                 } else if self.calls_each(start, len) {
                     ExecMode::CallEach
                 } else {
@@ -582,6 +597,45 @@ impl<Op: Copy> Generation<Op> {
         entry.actions_len == 0
             && first.sole_call != NONE
             && rest.iter().all(|h| h.sole_call == first.sole_call)
+    }
+
+    /// Whether the `len` hooks at `start` (block entry first) of the block
+    /// whose ops start at `ops_start` are no action before any instruction
+    /// and the same single memory action on each instruction that accesses
+    /// memory (those that do not never have one: see `Engine::plan_block`).
+    fn mem_each(&self, start: u32, len: u32, ops_start: u32) -> bool {
+        let Some([_, insn_hooks @ ..]) = self.hooks.get(start as usize..(start + len) as usize)
+        else {
+            return false;
+        };
+        let ops = self
+            .ops
+            .get(ops_start as usize..ops_start as usize + insn_hooks.len())
+            .unwrap_or_default();
+        let mem_action = |h: &InsnHook| match h.mem_len {
+            1 => self.mem_actions.get(h.mem_start as usize).copied(),
+            _ => None,
+        };
+        let Some(one) = insn_hooks
+            .iter()
+            .find(|h| h.mem_len != 0)
+            .and_then(mem_action)
+        else {
+            return false;
+        };
+        ops.len() == insn_hooks.len()
+            && self
+                .hooks
+                .get(start as usize)
+                .is_some_and(|e| e.actions_len == 0)
+            && insn_hooks.iter().zip(ops).all(|(h, op)| {
+                h.actions_len == 0
+                    && if op.accesses_memory {
+                        mem_action(h) == Some(one)
+                    } else {
+                        h.mem_len == 0
+                    }
+            })
     }
 
     /// The add per instruction if the `len` tallies at `start` are one that
@@ -618,7 +672,7 @@ impl<Op: Copy> Generation<Op> {
             self.release_callbacks(slot);
         }
         let before = self.extents();
-        let (mode, mut instr_start, instr_len) = self.compile_plan(plan, insns);
+        let (mode, mut instr_start, instr_len) = self.compile_plan(plan, old.ops_start, insns);
         let added = self.extents().minus(before);
         if let Some(slot) = old_slot {
             let same_shape =
@@ -680,7 +734,10 @@ impl<Op: Copy> Generation<Op> {
                     },
                 })
             }
-            ExecMode::Steps | ExecMode::CallEach | ExecMode::StepsWithMemory => {
+            ExecMode::Steps
+            | ExecMode::CallEach
+            | ExecMode::MemEach
+            | ExecMode::StepsWithMemory => {
                 let hooks = self.hooks.get(start..start + len)?;
                 let (first, last) = (hooks.first()?, hooks.last()?);
                 let actions = first.actions_start as usize;

@@ -31,8 +31,8 @@ use crate::cache::{
 };
 use crate::frontend::{CpuExit, DecodeError, Flow, Frontend, MemAccess, sign_extend};
 use crate::instrument::{
-    CallbackContext, InsnInfo, Instrumentation, MemAccessInfo, MemCallback, Requests, Scoreboard,
-    TbPlan, TbView,
+    CallbackContext, InlineKind, InsnInfo, Instrumentation, MemAccessInfo, MemCallback, MemFilter,
+    Requests, Scoreboard, TbPlan, TbView,
 };
 use crate::memory::{GuestMemory, MemFault, PAGE_SIZE};
 
@@ -761,6 +761,8 @@ impl<F: Frontend> Engine<F> {
                 F::set_pc(cpu, pc);
                 let end = if tb.mode == ExecMode::CallEach {
                     Self::exec_call_each(current, &self.signals, vcpu.index, tb, cpu, mem)
+                } else if tb.mode == ExecMode::MemEach {
+                    Self::exec_mem_each(current, &self.signals, vcpu.index, tb, cpu, mem)
                 } else if tb.mode == ExecMode::Steps {
                     Self::exec_instrumented::<false>(
                         current,
@@ -806,14 +808,14 @@ impl<F: Frontend> Engine<F> {
     #[cold]
     #[inline(never)]
     fn block_requests(&mut self, vcpu: &mut Vcpu, requests: Requests) {
-        if requests.flush {
+        if requests.flush() {
             self.flush();
             vcpu.announce(self.current.id);
-        } else if requests.reinstrument {
+        } else if requests.reinstrument() {
             self.reinstrument();
             vcpu.announce(self.current.id);
         }
-        if requests.exit {
+        if requests.exit() {
             self.signals
                 .pending
                 .fetch_or(PENDING_EXIT, Ordering::Relaxed);
@@ -1243,6 +1245,89 @@ impl<F: Frontend> Engine<F> {
         }
     }
 
+    /// The loop of a [`ExecMode::MemEach`] block: every instruction runs
+    /// through an accessor armed with the block's one memory action (only
+    /// instructions that access memory have one, and those all have it);
+    /// stops after an instruction whose callback requested a flush or exit
+    /// (or when another thread did).
+    #[inline(always)]
+    fn exec_mem_each(
+        generation: &Generation<F::Op>,
+        signals: &Signals,
+        vcpu: u32,
+        tb: &TbHeader,
+        cpu: &mut F::Cpu,
+        mem: &mut GuestMemory,
+    ) -> BlockEnd {
+        let ops = generation.ops_of(tb).unwrap_or_default();
+        let start = tb.instr_start as usize;
+        let hooks = generation
+            .hooks
+            .get(start..start + tb.instr_len as usize)
+            .unwrap_or_default();
+        let action = hooks
+            .iter()
+            .find(|h| h.mem_len != 0)
+            .and_then(|h| generation.mem_actions.get(h.mem_start as usize))
+            .and_then(|action| {
+                let watch = match action.kind {
+                    CompiledMemKind::Call { cb } => {
+                        Watch::Call(&**generation.mem_callbacks.get(cb as usize)?)
+                    }
+                    CompiledMemKind::Inline { board, slot, kind } => {
+                        Watch::Inline(generation.boards.get(board as usize)?, slot as usize, kind)
+                    }
+                };
+                Some((action.filter, watch))
+            });
+        let Some((filter, watch)) = action else {
+            return Self::exec_instrumented::<true>(generation, signals, vcpu, tb, cpu, mem);
+        };
+        let mut access = WatchedMem {
+            mem,
+            filter,
+            watch,
+            vcpu,
+            pc: tb.pc,
+            requests: Requests::default(),
+        };
+        let base = tb.pc;
+        let mut iter = ops.iter();
+        while let Some(op) = iter.next() {
+            let pc = base.wrapping_add(u64::from(op.offset));
+            access.pc = pc;
+            let executed = count(ops.len() - iter.len());
+            match F::execute(cpu, &op.op, pc, &mut access) {
+                Flow::Next => {}
+                Flow::Jump(target) => {
+                    return BlockEnd {
+                        next_pc: target,
+                        executed,
+                        exit: None,
+                        requests: access.requests,
+                    };
+                }
+                Flow::Exit(exit) => {
+                    return Self::exit_at(exit, pc, op.len, executed, access.requests);
+                }
+            }
+            if access.requests.any() || signals.pending.load(Ordering::Relaxed) != 0 {
+                return BlockEnd {
+                    next_pc: pc.wrapping_add(u64::from(op.len)),
+                    executed,
+                    exit: None,
+                    requests: access.requests,
+                };
+            }
+        }
+        BlockEnd {
+            next_pc: base.wrapping_add(u64::from(tb.size)),
+            executed: count(ops.len()),
+            exit: None,
+            requests: access.requests,
+        }
+    }
+
     /// Runs the actions of `hook` (before the instruction at `pc`, or on
     /// block entry); returns whether a callback ran.
     #[inline(always)]
@@ -1341,6 +1426,94 @@ fn call<F: Frontend>(
     cb(&mut ctx);
 }
 
+/// A memory callback behind its `Arc`.
+type MemCallbackFn = dyn Fn(&mut CallbackContext<'_>, &MemAccessInfo) + Send + Sync;
+
+/// The one memory action of a [`ExecMode::MemEach`] block, resolved once
+/// for the block.
+enum Watch<'a> {
+    Call(&'a MemCallbackFn),
+    Inline(&'a Scoreboard, usize, InlineKind),
+}
+
+/// Guest memory as a [`ExecMode::MemEach`] block sees it: each access its
+/// filter selects runs the block's one memory action.
+struct WatchedMem<'a> {
+    mem: &'a mut GuestMemory,
+    filter: MemFilter,
+    watch: Watch<'a>,
+    vcpu: u32,
+    pc: u64,
+    requests: Requests,
+}
+
+impl WatchedMem<'_> {
+    #[inline]
+    fn fire(&mut self, info: MemAccessInfo) {
+        match self.watch {
+            Watch::Call(cb) => {
+                let mut ctx = CallbackContext {
+                    vcpu: self.vcpu,
+                    pc: self.pc,
+                    registers: None,
+                    mem: &mut *self.mem,
+                    requests: &mut self.requests,
+                };
+                cb(&mut ctx, &info);
+            }
+            Watch::Inline(board, slot, kind) => board.apply(self.vcpu, slot, kind),
+        }
+    }
+}
+
+impl MemAccess for WatchedMem<'_> {
+    #[inline(always)]
+    fn load(&mut self, addr: u64, size: u8, signed: bool) -> Result<u64, MemFault> {
+        let raw = self.mem.load(addr, size)?;
+        let value = if signed { sign_extend(raw, size) } else { raw };
+        if self.filter.matches(false) {
+            self.fire(MemAccessInfo {
+                addr,
+                size,
+                sign_extended: signed,
+                is_store: false,
+                value,
+            });
+        }
+        Ok(value)
+    }
+
+    #[inline(always)]
+    fn store(&mut self, addr: u64, size: u8, value: u64) -> Result<(), MemFault> {
+        self.mem.store(addr, size, value)?;
+        if self.filter.matches(true) {
+            self.fire(MemAccessInfo {
+                addr,
+                size,
+                sign_extended: false,
+                is_store: true,
+                value: stored_bits(value, size),
+            });
+        }
+        Ok(())
+    }
+
+    fn memory(&mut self) -> &mut GuestMemory {
+        self.mem
+    }
+}
+
+/// The low `size` bytes of a stored `value`, as memory actions see it.
+#[inline(always)]
+fn stored_bits(value: u64, size: u8) -> u64 {
+    match size {
+        1 => value & 0xff,
+        2 => value & 0xffff,
+        4 => value & 0xffff_ffff,
+        _ => value,
+    }
+}
+
 /// Guest memory as an instrumented instruction sees it: each access runs the
 /// instruction's memory actions, borrowed for this instruction only.
 struct InstrumentedMem<'a> {
@@ -1406,18 +1579,12 @@ impl MemAccess for InstrumentedMem<'_> {
     fn store(&mut self, addr: u64, size: u8, value: u64) -> Result<(), MemFault> {
         self.mem.store(addr, size, value)?;
         if !self.actions.is_empty() {
-            let value = match size {
-                1 => value & 0xff,
-                2 => value & 0xffff,
-                4 => value & 0xffff_ffff,
-                _ => value,
-            };
             self.notify(MemAccessInfo {
                 addr,
                 size,
                 sign_extended: false,
                 is_store: true,
-                value,
+                value: stored_bits(value, size),
             });
         }
         Ok(())

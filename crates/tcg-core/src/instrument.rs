@@ -429,15 +429,28 @@ pub(crate) type RegisterReader<'a> = dyn Fn(&str) -> Option<u64> + 'a;
 /// Requests made by callbacks, honoured at the next safe point.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Requests {
-    pub(crate) flush: bool,
-    pub(crate) reinstrument: bool,
-    pub(crate) exit: bool,
+    /// One bit per request: the loop tests them all with one compare after
+    /// each instruction whose callbacks could have made one.
+    bits: u8,
 }
 
 impl Requests {
+    const FLUSH: u8 = 1;
+    const REINSTRUMENT: u8 = 2;
+    const EXIT: u8 = 4;
+
     #[inline(always)]
     pub(crate) fn any(self) -> bool {
-        self.flush | self.reinstrument | self.exit
+        self.bits != 0
+    }
+    pub(crate) fn flush(self) -> bool {
+        self.bits & Self::FLUSH != 0
+    }
+    pub(crate) fn reinstrument(self) -> bool {
+        self.bits & Self::REINSTRUMENT != 0
+    }
+    pub(crate) fn exit(self) -> bool {
+        self.bits & Self::EXIT != 0
     }
 }
 
@@ -482,18 +495,18 @@ impl CallbackContext<'_> {
     /// Asks for a flush of all translated blocks. It happens at the next
     /// safe point: after the current instruction and its memory callbacks.
     pub fn request_flush(&mut self) {
-        self.requests.flush = true;
+        self.requests.bits |= Requests::FLUSH;
     }
     /// Asks for a re-instrumentation of all translated blocks
     /// ([`crate::Engine::reinstrument`]), at the same safe point as
     /// [`CallbackContext::request_flush`].
     pub fn request_reinstrument(&mut self) {
-        self.requests.reinstrument = true;
+        self.requests.bits |= Requests::REINSTRUMENT;
     }
     /// Asks the vCPU to leave [`crate::Engine::run`] with
     /// [`crate::CpuExit::ExitRequested`] after the current instruction.
     pub fn request_exit(&mut self) {
-        self.requests.exit = true;
+        self.requests.bits |= Requests::EXIT;
     }
 }
 

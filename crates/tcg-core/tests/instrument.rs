@@ -219,6 +219,137 @@ fn memory_callbacks_see_address_size_sign_and_value() {
     assert_eq!(cpu.x[5], 0xff);
 }
 
+/// Stores, sign- and zero-extending loads and an atomic, then a syscall.
+fn memory_program() -> [u32; 7] {
+    [
+        addi(1, 0, -16),    // r1 = 0xffff_ffff_ffff_fff0
+        sd(1, 4, 0),        // DATA[0..8] = r1
+        lw_signed(3, 4, 0), // r3 = sext(0xffff_fff0)
+        lb(5, 4, 1),        // r5 = 0xff
+        addi(6, 0, 5),      // r6 = 5
+        amoadd(6, 4),       // DATA += 5, r6 = old
+        syscall(),
+    ]
+}
+
+type MemTrace = Arc<Mutex<Vec<(u64, MemAccessInfo)>>>;
+
+fn tracing_callback(trace: &MemTrace) -> MemCallback {
+    let trace = trace.clone();
+    Arc::new(move |ctx: &mut CallbackContext<'_>, info: &MemAccessInfo| {
+        trace.lock().unwrap().push((ctx.pc(), *info));
+    })
+}
+
+/// Runs `memory_program` with `attach` planning every instruction; returns
+/// the exit, the cpu, the engine and the memory.
+fn run_memory_program(
+    attach: impl Fn(&mut InsnPlan) + Send + Sync + 'static,
+) -> (CpuExit, Cpu, Engine<Toy>, GuestMemory) {
+    let mut mem = machine(&memory_program());
+    let mut engine = Engine::new(Toy);
+    install(&mut engine, move |_tb, plan| {
+        for insn in plan.insns_mut() {
+            attach(insn);
+        }
+    });
+    let mut cpu = cpu_at(CODE);
+    cpu.x[4] = DATA;
+    let exit = engine.run(&mut cpu, &mut mem);
+    (exit, cpu, engine, mem)
+}
+
+#[test]
+fn one_memory_action_on_every_instruction_sees_what_separate_ones_see() {
+    // The same callback everywhere (the block's one memory action), then a
+    // new callback per instruction (the general path).
+    let shared: MemTrace = Arc::default();
+    let one = tracing_callback(&shared);
+    let (exit, cpu, _, _) = run_memory_program(move |insn| {
+        insn.on_memory(MemFilter::All, MemAction::Callback(one.clone()));
+    });
+    assert_eq!(
+        (exit, cpu.x[3], cpu.x[5]),
+        (CpuExit::Syscall, 0xffff_ffff_ffff_fff0, 0xff)
+    );
+    let separate: MemTrace = Arc::default();
+    let s = separate.clone();
+    run_memory_program(move |insn| {
+        insn.on_memory(MemFilter::All, MemAction::Callback(tracing_callback(&s)));
+    });
+    let shared = shared.lock().unwrap().clone();
+    assert_eq!(shared, *separate.lock().unwrap());
+    let seen: Vec<(u64, u64, u8, bool, bool)> = shared
+        .iter()
+        .map(|(pc, i)| (*pc, i.addr, i.size, i.is_store, i.sign_extended))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (CODE + 4, DATA, 8, true, false),
+            (CODE + 8, DATA, 4, false, true),
+            (CODE + 12, DATA + 1, 1, false, false),
+            (CODE + 20, DATA, 8, false, false),
+            (CODE + 20, DATA, 8, true, false),
+        ]
+    );
+    assert_eq!(
+        shared[4].1.value, 0xffff_ffff_ffff_fff5,
+        "the atomic's store"
+    );
+
+    // One filtered callback, and one inline add, alone on every instruction.
+    let reads = Arc::new(AtomicU64::new(0));
+    let r = reads.clone();
+    let count_reads: MemCallback = Arc::new(
+        move |_ctx: &mut CallbackContext<'_>, info: &MemAccessInfo| {
+            assert!(!info.is_store);
+            r.fetch_add(1, Relaxed);
+        },
+    );
+    run_memory_program(move |insn| {
+        insn.on_memory(MemFilter::Reads, MemAction::Callback(count_reads.clone()));
+    });
+    assert_eq!(reads.load(Relaxed), 3);
+    let board = Arc::new(Scoreboard::new(1, 1));
+    let b = board.clone();
+    run_memory_program(move |insn| {
+        let add = InlineOp {
+            board: b.clone(),
+            slot: 0,
+            kind: InlineKind::Add(1),
+        };
+        insn.on_memory(MemFilter::Writes, MemAction::Inline(add));
+    });
+    assert_eq!(board.get(0, 0), 2);
+}
+
+#[test]
+fn exit_requested_from_a_memory_callback_on_every_instruction_stops_after_it() {
+    let calls = Arc::new(AtomicU64::new(0));
+    let c = calls.clone();
+    let exit_on_first_load: MemCallback =
+        Arc::new(move |ctx: &mut CallbackContext<'_>, info: &MemAccessInfo| {
+            c.fetch_add(1, Relaxed);
+            if !info.is_store && ctx.pc() == CODE + 8 {
+                ctx.request_exit();
+            }
+        });
+    let (exit, mut cpu, mut engine, mut mem) = run_memory_program(move |insn| {
+        insn.on_memory(
+            MemFilter::All,
+            MemAction::Callback(exit_on_first_load.clone()),
+        );
+    });
+    assert_eq!(exit, CpuExit::ExitRequested);
+    assert_eq!(cpu.pc, CODE + 12, "the load whose callback asked completed");
+    assert_eq!((cpu.x[3], cpu.x[5]), (0xffff_ffff_ffff_fff0, 0));
+    assert_eq!(engine.stats().insns_executed, 3);
+    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
+    assert_eq!(cpu.x[5], 0xff);
+    assert_eq!(calls.load(Relaxed), 5, "each access's callback ran once");
+}
+
 #[test]
 fn memory_actions_on_instructions_without_accesses_are_dropped_at_translation() {
     // Two addis and a syscall: no instruction the frontend marks as

@@ -78,10 +78,21 @@ impl MemCount {
     }
 }
 
+/// The scoreboard slot counting `access`.
+fn slot(access: &MemAccessInfo) -> usize {
+    if access.is_store { STORES } else { LOADS }
+}
+
 impl Plugin for MemCount {
     fn install(self: Arc<Self>, handle: &PluginHandle) -> Result<(), PluginError> {
         let me = Arc::clone(&self);
         let out = handle.clone();
+        // The counting callback alone (the common case): one for every
+        // instruction, built once, as QEMU's plugin registers one function.
+        let board = Arc::clone(&self.board);
+        let count = handle.shared_mem_callback(Access::NONE, move |ctx, access| {
+            super::bump(&board, ctx.vcpu(), slot(access), 1)
+        });
         handle.on_tb_trans(move |tb| {
             for mut insn in tb.insns() {
                 if me.inline {
@@ -98,15 +109,11 @@ impl Plugin for MemCount {
                     }
                     continue;
                 }
-                let board = Arc::clone(&me.board);
-                let slot = |access: &MemAccessInfo| if access.is_store { STORES } else { LOADS };
                 if !me.trace {
-                    // The counting callback alone: the common case stays small.
-                    insn.on_mem(me.filter, Access::NONE, move |ctx, access| {
-                        super::bump(&board, ctx.vcpu(), slot(access), 1);
-                    });
+                    insn.on_mem_shared(me.filter, &count);
                     continue;
                 }
+                let board = Arc::clone(&me.board);
                 let (out, disas) = (out.clone(), insn.disassembly());
                 insn.on_mem(me.filter, Access::NONE, move |ctx, access| {
                     super::bump(&board, ctx.vcpu(), slot(access), 1);
