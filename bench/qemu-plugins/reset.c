@@ -58,7 +58,9 @@ static void on_block(unsigned int vcpu_index, void *userdata)
     (void)vcpu_index;
     (void)userdata;
     block_count++;
-    if (every == 0 || reset_pending || insn_count < next_reset) {
+    /* every=0 makes the same check with a threshold never reached: the
+     * baseline a reset's cost is measured against. */
+    if (insn_count < next_reset || every == 0 || reset_pending) {
         return;
     }
     next_reset = (insn_count / every + 1) * every;
@@ -141,7 +143,7 @@ TCGKIT_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id,
         return -1;
     }
     self_id = id;
-    next_reset = every;
+    next_reset = every ? every : UINT64_MAX;
     register_callbacks(id);
     return 0;
 }

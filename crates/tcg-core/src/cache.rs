@@ -366,6 +366,7 @@ fn arc_key<T: ?Sized>(arc: &Arc<T>) -> usize {
     Arc::as_ptr(arc).cast::<()>() as usize
 }
 
+#[inline]
 fn idx(len: usize) -> u32 {
     u32::try_from(len).unwrap_or(NONE)
 }
@@ -375,6 +376,7 @@ fn idx(len: usize) -> u32 {
 /// (documented on [`crate::InsnPlan`]).
 const MAX_HOOK_ACTIONS: usize = u16::MAX as usize;
 
+#[inline]
 fn len16(len: usize) -> u16 {
     u16::try_from(len.min(MAX_HOOK_ACTIONS)).unwrap_or(u16::MAX)
 }

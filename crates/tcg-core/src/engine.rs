@@ -936,7 +936,7 @@ impl<F: Frontend> Engine<F> {
             .insert(pc, flags, size, &self.scratch_ops, &self.scratch_raws, plan);
         // The plan's callback handles now live in the generation; holding
         // them here too would keep an uninstalled plugin's closures alive.
-        self.scratch_plan.reset(0);
+        self.scratch_plan.clear();
         self.stats.tbs_translated += 1;
         if let Some(events) = &mut self.events {
             events.block_translated(pc, count(self.scratch_ops.len()), size);
@@ -1009,7 +1009,7 @@ impl<F: Frontend> Engine<F> {
         let planned = self.plan_block(tb.pc, tb.flags, tb.size);
         self.current
             .replan(id, planned.then_some(&self.scratch_plan));
-        self.scratch_plan.reset(0);
+        self.scratch_plan.clear();
         self.stats.tbs_replanned += 1;
     }
 

@@ -190,8 +190,18 @@ impl Scoreboard {
         }
     }
     /// Sum of `slot` over all vCPUs (wrapping).
+    #[inline]
     pub fn sum(&self, slot: usize) -> u64 {
-        (0..self.vcpus as u32).fold(0u64, |acc, v| acc.wrapping_add(self.get(v, slot)))
+        if slot >= self.slots {
+            return 0;
+        }
+        // Read by plugins on hot paths (a block callback comparing a count):
+        // one pass down the column, no per-row bounds check.
+        self.cells
+            .iter()
+            .skip(slot)
+            .step_by(self.slots)
+            .fold(0u64, |acc, c| acc.wrapping_add(c.load(Ordering::Relaxed)))
     }
     /// Adds `value` to `slot` of `vcpu`'s row, for a `slot` already known
     /// to be inside the row (a compiled tally's): the cell index is then in
@@ -401,10 +411,25 @@ impl TbPlan {
     pub fn is_empty(&self) -> bool {
         self.entry.is_empty() && self.insns.iter().all(InsnPlan::is_empty)
     }
+    /// Empties the plan for a block of `insns` instructions. The
+    /// instruction plans already there are emptied in place rather than
+    /// dropped and made again: planning blocks one after another (after a
+    /// reset, every block entered) reuses them.
     pub(crate) fn reset(&mut self, insns: usize) {
         self.entry.clear();
-        self.insns.clear();
+        self.insns.truncate(insns);
+        for insn in &mut self.insns {
+            insn.exec.clear();
+            insn.mem.clear();
+        }
         self.insns.resize_with(insns, InsnPlan::default);
+    }
+
+    /// Drops every attached action (and the callbacks and scoreboards they
+    /// hold) but keeps the instruction plans for the next block.
+    pub(crate) fn clear(&mut self) {
+        let insns = self.insns.len();
+        self.reset(insns);
     }
 }
 
