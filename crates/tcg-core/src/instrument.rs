@@ -197,11 +197,13 @@ impl Scoreboard {
         }
         // Read by plugins on hot paths (a block callback comparing a count):
         // one pass down the column, no per-row bounds check.
-        self.cells
-            .iter()
-            .skip(slot)
-            .step_by(self.slots)
-            .fold(0u64, |acc, c| acc.wrapping_add(c.load(Ordering::Relaxed)))
+        let mut sum = 0u64;
+        let mut index = slot;
+        while let Some(cell) = self.cells.get(index) {
+            sum = sum.wrapping_add(cell.load(Ordering::Relaxed));
+            index += self.slots;
+        }
+        sum
     }
     /// Adds `value` to `slot` of `vcpu`'s row, for a `slot` already known
     /// to be inside the row (a compiled tally's): the cell index is then in
