@@ -324,6 +324,24 @@ struct PageLink {
     next: u32,
 }
 
+/// The tally every [`ExecMode::Count`] block planned under the current plan
+/// version adds, if they all add the same one (one inline instruction
+/// counter: the usual case). The loop then counts those blocks'
+/// instructions with one add, with no per-block comparison.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CountTally {
+    /// No Count block planned yet.
+    Unset,
+    /// All of them add `per_insn` per instruction to `slot` of `board`.
+    Shared {
+        board: u32,
+        slot: u32,
+        per_insn: u64,
+    },
+    /// They differ.
+    Mixed,
+}
+
 /// One cache generation.
 pub(crate) struct Generation<Op> {
     pub(crate) id: u64,
@@ -356,6 +374,8 @@ pub(crate) struct Generation<Op> {
     /// Bumped by a re-instrumentation: every block planned under an older
     /// version is planned again when it is next entered.
     pub(crate) plan_version: u32,
+    /// What the Count blocks of this plan version add.
+    pub(crate) count_tally: CountTally,
     /// Instrumentation entries (hooks, actions, memory actions, tallies and
     /// their sums) superseded by re-planning: garbage until the generation
     /// is dropped, bounded by flushing once it outweighs the live ones.
@@ -406,6 +426,7 @@ impl<Op: Copy> Generation<Op> {
             board_ids: HashMap::new(),
             dead_tbs: 0,
             plan_version: 0,
+            count_tally: CountTally::Unset,
             stale_entries: 0,
         }
     }
@@ -433,7 +454,16 @@ impl<Op: Copy> Generation<Op> {
         self.board_ids.clear();
         self.dead_tbs = 0;
         self.plan_version = 0;
+        self.count_tally = CountTally::Unset;
         self.stale_entries = 0;
+    }
+
+    /// Starts a new plan version: every block is planned again before it
+    /// next runs (see `Engine::reinstrument`).
+    pub(crate) fn bump_plan_version(&mut self) {
+        self.plan_version += 1;
+        // Blocks of the old version run only once planned again.
+        self.count_tally = CountTally::Unset;
     }
 
     #[inline]
@@ -562,6 +592,16 @@ impl<Op: Copy> Generation<Op> {
                     Some(per_insn) => {
                         if let Some(t) = self.tallies.get_mut(start as usize) {
                             t.per_insn = per_insn;
+                            let shared = CountTally::Shared {
+                                board: t.board,
+                                slot: t.slot,
+                                per_insn,
+                            };
+                            self.count_tally = match self.count_tally {
+                                CountTally::Unset => shared,
+                                same if same == shared => same,
+                                _ => CountTally::Mixed,
+                            };
                         }
                         ExecMode::Count
                     }

@@ -27,7 +27,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::cache::{
-    CompiledAction, CompiledMemKind, ExecMode, Generation, InsnHook, NONE, TbHeader, TbOp,
+    CompiledAction, CompiledMemKind, CountTally, ExecMode, Generation, InsnHook, NONE, TbHeader,
+    TbOp,
 };
 use crate::frontend::{CpuExit, DecodeError, Flow, Frontend, MemAccess, sign_extend};
 use crate::instrument::{
@@ -65,6 +66,10 @@ const MAX_PENDING_INSNS: u64 = 4096;
 /// [`MAX_PENDING_INSNS`] instructions for readers on other threads.
 #[derive(Clone, Copy)]
 struct PendingCount {
+    /// Instructions of Count blocks counted while they all share the
+    /// generation's [`CountTally::Shared`] tally, by vCPU `shared_vcpu`.
+    shared: u64,
+    shared_vcpu: u32,
     /// Index in the current generation's boards; [`NONE`] when empty.
     board: u32,
     slot: u32,
@@ -75,6 +80,8 @@ struct PendingCount {
 
 impl PendingCount {
     const EMPTY: PendingCount = PendingCount {
+        shared: 0,
+        shared_vcpu: 0,
         board: NONE,
         slot: 0,
         vcpu: 0,
@@ -85,6 +92,25 @@ impl PendingCount {
     /// Applies the pending sum to `generation`'s scoreboard and empties it.
     #[inline]
     fn settle<Op: Copy>(&mut self, generation: &Generation<Op>) {
+        if self.shared != 0 {
+            // The tally cannot have changed since: nothing is planned
+            // before the pending count is settled.
+            if let CountTally::Shared {
+                board,
+                slot,
+                per_insn,
+            } = generation.count_tally
+            {
+                if let Some(board) = generation.boards.get(board as usize) {
+                    board.add_in_row(
+                        self.shared_vcpu,
+                        slot as usize,
+                        per_insn.wrapping_mul(self.shared),
+                    );
+                }
+            }
+            self.shared = 0;
+        }
         if self.board != NONE {
             if let Some(board) = generation.boards.get(self.board as usize) {
                 board.add_in_row(
@@ -94,6 +120,17 @@ impl PendingCount {
                 );
             }
             *self = PendingCount::EMPTY;
+        }
+    }
+
+    /// Counts `executed` instructions of a Count block on `vcpu` while all
+    /// of them share the generation's tally.
+    #[inline(always)]
+    fn add_shared<Op: Copy>(&mut self, generation: &Generation<Op>, vcpu: u32, executed: u32) {
+        self.shared += u64::from(executed);
+        self.shared_vcpu = vcpu;
+        if self.shared >= MAX_PENDING_INSNS {
+            self.settle(generation);
         }
     }
 
@@ -126,6 +163,7 @@ impl PendingCount {
                 vcpu,
                 per_insn: t.per_insn,
                 insns: u64::from(executed),
+                ..PendingCount::EMPTY
             };
         }
     }
@@ -515,7 +553,7 @@ impl<F: Frontend> Engine<F> {
             self.flush();
             return;
         }
-        self.current.plan_version += 1;
+        self.current.bump_plan_version();
         self.stats.reinstrumentations += 1;
         if let Some(instr) = &self.instrumentation {
             instr.flushed();
@@ -742,8 +780,13 @@ impl<F: Frontend> Engine<F> {
                 let end = Self::exec_plain(current, tb, cpu, mem);
                 match tb.mode {
                     ExecMode::Count => {
-                        self.pending_count
-                            .add(current, tb, vcpu.index, end.executed)
+                        if let CountTally::Shared { .. } = current.count_tally {
+                            self.pending_count
+                                .add_shared(current, vcpu.index, end.executed)
+                        } else {
+                            self.pending_count
+                                .add(current, tb, vcpu.index, end.executed)
+                        }
                     }
                     ExecMode::Tally => current.apply_tallies(tb, vcpu.index, end.executed),
                     _ => {}

@@ -1236,6 +1236,49 @@ fn batched_inline_counts_are_exact_wherever_the_vcpu_looks() {
 }
 
 #[test]
+fn instruction_counters_on_different_boards_stay_exact() {
+    // The first block (the set-up and the first iteration) and the syscall
+    // block count 1 per instruction on one board, the loop block 2 per
+    // instruction on another: every block is a Count block, but they stop
+    // sharing one tally when the loop block is translated, with the first
+    // block's count still pending.
+    const N: i32 = 1000;
+    let mut mem = machine(&loop_program(N));
+    let mut engine = Engine::new(Toy);
+    let (outer, inner) = (
+        Arc::new(Scoreboard::new(1, 1)),
+        Arc::new(Scoreboard::new(1, 1)),
+    );
+    let (o, i) = (outer.clone(), inner.clone());
+    install(&mut engine, move |tb, plan| {
+        let (board, add) = if tb.pc() == CODE + 0x2c {
+            (&i, 2)
+        } else {
+            (&o, 1)
+        };
+        for insn in plan.insns_mut() {
+            insn.on_execute(Action::Inline(InlineOp {
+                board: board.clone(),
+                slot: 0,
+                kind: InlineKind::Add(add),
+            }));
+        }
+    });
+    let first_and_syscall = 11 + 5 + 1;
+    let loop_block = 5 * (N as u64 - 1);
+    for run in 1..=2u64 {
+        let mut cpu = cpu_at(CODE);
+        assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
+        assert_eq!(outer.get(0, 0), run * first_and_syscall, "run {run}");
+        assert_eq!(inner.get(0, 0), run * 2 * loop_block, "run {run}");
+    }
+    assert_eq!(
+        engine.stats().insns_executed,
+        2 * (first_and_syscall + loop_block)
+    );
+}
+
+#[test]
 fn a_new_counter_board_on_every_reinstrumentation_stays_exact() {
     // 300 rounds, each counting into a board of its own: batched counts
     // must land on the board the round's blocks were planned with.
