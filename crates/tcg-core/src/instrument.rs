@@ -189,6 +189,19 @@ impl Scoreboard {
             c.store(value, Ordering::Relaxed);
         }
     }
+    /// Adds `value` (wrapping) to `slot` of `vcpu` (nothing if out of
+    /// range): QEMU's `qemu_plugin_u64_add`, for callbacks counting per vCPU.
+    /// Only `vcpu`'s own thread should add to its row: the load and the
+    /// store are two steps.
+    #[inline]
+    pub fn add(&self, vcpu: u32, slot: usize, value: u64) {
+        if let Some(c) = self.cell(vcpu, slot) {
+            c.store(
+                c.load(Ordering::Relaxed).wrapping_add(value),
+                Ordering::Relaxed,
+            );
+        }
+    }
     /// Sum of `slot` over all vCPUs (wrapping).
     #[inline]
     pub fn sum(&self, slot: usize) -> u64 {
@@ -553,5 +566,20 @@ mod tests {
         assert_eq!(board.get(1, 2), 7);
         assert_eq!(board.get(0, 0), 1);
         assert_eq!((0..3).map(|s| board.sum(s)).sum::<u64>(), 8);
+    }
+
+    #[test]
+    fn adds_wrap_and_ignore_entries_past_the_board() {
+        let board = Scoreboard::new(2, 3);
+        board.add(2, 1, u64::MAX);
+        board.add(2, 1, 2);
+        board.add(0, 1, 4);
+        // Past the row or the board: nothing changes.
+        board.add(0, 2, 100);
+        board.add(3, 0, 100);
+        assert_eq!(board.get(2, 1), 1, "wrapped");
+        assert_eq!(board.sum(1), 5);
+        assert_eq!(board.sum(0), 0);
+        assert_eq!(board.sum(2), 0, "no such entry");
     }
 }

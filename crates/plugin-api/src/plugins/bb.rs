@@ -73,8 +73,8 @@ impl Plugin for BlockCount {
             } else {
                 let board = Arc::clone(&me.board);
                 tb.on_exec(Access::NONE, move |ctx| {
-                    super::bump(&board, ctx.vcpu(), BLOCKS, 1);
-                    super::bump(&board, ctx.vcpu(), INSNS, n);
+                    board.add(ctx.vcpu(), BLOCKS, 1);
+                    board.add(ctx.vcpu(), INSNS, n);
                 });
             }
         });

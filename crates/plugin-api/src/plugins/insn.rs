@@ -60,9 +60,8 @@ impl Plugin for InsnCount {
         // One callback for every instruction, built once (QEMU's plugin
         // registers one function for all of them too).
         let board = Arc::clone(&self.board);
-        let count = handle.shared_exec_callback(Access::NONE, move |ctx| {
-            super::bump(&board, ctx.vcpu(), 0, 1)
-        });
+        let count =
+            handle.shared_exec_callback(Access::NONE, move |ctx| board.add(ctx.vcpu(), 0, 1));
         handle.on_tb_trans(move |tb| {
             for mut insn in tb.insns() {
                 if me.inline {

@@ -91,7 +91,7 @@ impl Plugin for MemCount {
         // instruction, built once, as QEMU's plugin registers one function.
         let board = Arc::clone(&self.board);
         let count = handle.shared_mem_callback(Access::NONE, move |ctx, access| {
-            super::bump(&board, ctx.vcpu(), slot(access), 1)
+            board.add(ctx.vcpu(), slot(access), 1)
         });
         handle.on_tb_trans(move |tb| {
             for mut insn in tb.insns() {
@@ -116,7 +116,7 @@ impl Plugin for MemCount {
                 let board = Arc::clone(&me.board);
                 let (out, disas) = (out.clone(), insn.disassembly());
                 insn.on_mem(me.filter, Access::NONE, move |ctx, access| {
-                    super::bump(&board, ctx.vcpu(), slot(access), 1);
+                    board.add(ctx.vcpu(), slot(access), 1);
                     out.outs(&format!(
                         "{:#x}, {disas}, {:#x}, {}{}, {}, {:#x}\n",
                         ctx.pc(),

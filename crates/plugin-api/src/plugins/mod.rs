@@ -15,13 +15,6 @@ use std::sync::Arc;
 
 use tcgkit_tcg_core::Scoreboard;
 
-/// Adds 1 to `slot` of the calling vCPU's row: a callback's counterpart of
-/// an inline add (each vCPU writes only its own row).
-#[inline(always)]
-fn bump(board: &Scoreboard, vcpu: u32, slot: usize, by: u64) {
-    board.set(vcpu, slot, board.get(vcpu, slot).wrapping_add(by));
-}
-
 /// A scoreboard with one row per vCPU of `vcpus`.
 fn board(slots: usize, vcpus: u32) -> Arc<Scoreboard> {
     Arc::new(Scoreboard::new(slots, vcpus.max(1) as usize))

@@ -182,7 +182,7 @@ impl PeriodicReset {
     /// Called on every block entry: requests a reset once the instruction
     /// count reached the next threshold.
     fn check(self: &Arc<Self>, vcpu: u32, handle: &PluginHandle) {
-        super::bump(&self.board, vcpu, BLOCKS, 1);
+        self.board.add(vcpu, BLOCKS, 1);
         let seen = self.insns();
         if seen < self.next.load(Ordering::Relaxed)
             || self.every == 0
@@ -225,9 +225,8 @@ impl PeriodicReset {
         let on_block =
             handle.shared_exec_callback(Access::NONE, move |ctx| check.check(ctx.vcpu(), &h));
         let board = Arc::clone(&self.board);
-        let on_insn = handle.shared_exec_callback(Access::NONE, move |ctx| {
-            super::bump(&board, ctx.vcpu(), INSNS, 1)
-        });
+        let on_insn =
+            handle.shared_exec_callback(Access::NONE, move |ctx| board.add(ctx.vcpu(), INSNS, 1));
         handle.on_tb_trans(move |tb| {
             me.translated.fetch_add(1, Ordering::Relaxed);
             me.translated_since.fetch_add(1, Ordering::Relaxed);
