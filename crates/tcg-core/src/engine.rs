@@ -802,28 +802,20 @@ impl<F: Frontend> Engine<F> {
                 // Callbacks may read the scoreboards.
                 self.pending_count.settle(current);
                 F::set_pc(cpu, pc);
-                let end = if tb.mode == ExecMode::CallEach {
-                    Self::exec_call_each(current, &self.signals, vcpu.index, tb, cpu, mem)
-                } else if tb.mode == ExecMode::MemEach {
-                    Self::exec_mem_each(current, &self.signals, vcpu.index, tb, cpu, mem)
-                } else if tb.mode == ExecMode::Steps {
-                    Self::exec_instrumented::<false>(
-                        current,
-                        &self.signals,
-                        vcpu.index,
-                        tb,
-                        cpu,
+                // Memory-watching blocks run here, the other instrumented
+                // ones out of line (see `exec_hooked`).
+                let end = if let Some((filter, watch)) = Self::mem_each_action(current, tb) {
+                    let access = WatchedMem {
                         mem,
-                    )
+                        filter,
+                        watch,
+                        vcpu: vcpu.index,
+                        pc: tb.pc,
+                        requests: Requests::default(),
+                    };
+                    Self::exec_mem_each(access, &self.signals, tb, current, cpu)
                 } else {
-                    Self::exec_instrumented::<true>(
-                        current,
-                        &self.signals,
-                        vcpu.index,
-                        tb,
-                        cpu,
-                        mem,
-                    )
+                    Self::exec_hooked(current, &self.signals, vcpu.index, tb, cpu, mem)
                 };
                 insns += u64::from(end.executed);
                 pc = end.next_pc;
@@ -1121,9 +1113,7 @@ impl<F: Frontend> Engine<F> {
     /// The instrumented loop: the plain loop's walk over the block's ops,
     /// with each instruction's hook alongside: its actions run before it and
     /// its memory actions during it. Stops after an instruction whose
-    /// callbacks requested a flush or exit. Inlined into the vCPU loop like
-    /// the plain loop: out of line, the per-block call and the returned
-    /// `BlockEnd` cost more than a short block's instructions.
+    /// callbacks requested a flush or exit. Inlined into `exec_hooked`.
     /// `MEMORY` says whether the block has memory actions; without them,
     /// instructions execute directly on guest memory, as in the plain loop.
     #[inline(always)]
@@ -1225,12 +1215,14 @@ impl<F: Frontend> Engine<F> {
         }
     }
 
-    /// The loop of a [`ExecMode::CallEach`] block: its one callback before
-    /// each instruction, looked up once for the block; otherwise the plain
-    /// loop, stopping after an instruction whose callback requested a flush
-    /// or exit (or when another thread did).
-    #[inline(always)]
-    fn exec_call_each(
+    /// Runs an instrumented block other than a [`ExecMode::MemEach`] one
+    /// (see [`ExecMode`]). Out of line, unlike the plain loop and the
+    /// MemEach loop: each loop inlines a copy of the frontend's `execute`,
+    /// and with all of them in the vCPU loop the plain loop ran 3-6% slower
+    /// (criterion `plugins/per_insn/none`); a block with callbacks costs far
+    /// more than the call.
+    #[inline(never)]
+    fn exec_hooked(
         generation: &Generation<F::Op>,
         signals: &Signals,
         vcpu: u32,
@@ -1238,17 +1230,34 @@ impl<F: Frontend> Engine<F> {
         cpu: &mut F::Cpu,
         mem: &mut GuestMemory,
     ) -> BlockEnd {
+        // One call site per loop. A CallEach or MemEach block whose action
+        // cannot be resolved (never, by construction) takes the general
+        // loop.
+        if let Some(cb) = Self::call_each_callback(generation, tb) {
+            Self::exec_call_each(cb, signals, vcpu, tb, generation, cpu, mem)
+        } else if matches!(tb.mode, ExecMode::Steps | ExecMode::CallEach) {
+            Self::exec_instrumented::<false>(generation, signals, vcpu, tb, cpu, mem)
+        } else {
+            Self::exec_instrumented::<true>(generation, signals, vcpu, tb, cpu, mem)
+        }
+    }
+
+    /// The loop of a [`ExecMode::CallEach`] block: its one callback before
+    /// each instruction, looked up once for the block; otherwise the plain
+    /// loop, stopping after an instruction whose callback requested a flush
+    /// or exit (or when another thread did).
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn exec_call_each(
+        cb: &InsnCallbackFn,
+        signals: &Signals,
+        vcpu: u32,
+        tb: &TbHeader,
+        generation: &Generation<F::Op>,
+        cpu: &mut F::Cpu,
+        mem: &mut GuestMemory,
+    ) -> BlockEnd {
         let ops = generation.ops_of(tb).unwrap_or_default();
-        // Hook 0 is the (empty) entry hook; every instruction's hook names
-        // the same callback.
-        let cb = generation
-            .hooks
-            .get(tb.instr_start as usize + 1)
-            .and_then(|hook| generation.callbacks.get(hook.sole_call as usize));
-        let Some(cb) = cb else {
-            return Self::exec_instrumented::<false>(generation, signals, vcpu, tb, cpu, mem);
-        };
-        let cb: &InsnCallbackFn = &**cb;
         let base = tb.pc;
         let mut requests = Requests::default();
         let mut iter = ops.iter();
@@ -1295,45 +1304,13 @@ impl<F: Frontend> Engine<F> {
     /// (or when another thread did).
     #[inline(always)]
     fn exec_mem_each(
-        generation: &Generation<F::Op>,
+        mut access: WatchedMem<'_>,
         signals: &Signals,
-        vcpu: u32,
         tb: &TbHeader,
+        generation: &Generation<F::Op>,
         cpu: &mut F::Cpu,
-        mem: &mut GuestMemory,
     ) -> BlockEnd {
         let ops = generation.ops_of(tb).unwrap_or_default();
-        let start = tb.instr_start as usize;
-        let hooks = generation
-            .hooks
-            .get(start..start + tb.instr_len as usize)
-            .unwrap_or_default();
-        let action = hooks
-            .iter()
-            .find(|h| h.mem_len != 0)
-            .and_then(|h| generation.mem_actions.get(h.mem_start as usize))
-            .and_then(|action| {
-                let watch = match action.kind {
-                    CompiledMemKind::Call { cb } => {
-                        Watch::Call(&**generation.mem_callbacks.get(cb as usize)?)
-                    }
-                    CompiledMemKind::Inline { board, slot, kind } => {
-                        Watch::Inline(generation.boards.get(board as usize)?, slot as usize, kind)
-                    }
-                };
-                Some((action.filter, watch))
-            });
-        let Some((filter, watch)) = action else {
-            return Self::exec_instrumented::<true>(generation, signals, vcpu, tb, cpu, mem);
-        };
-        let mut access = WatchedMem {
-            mem,
-            filter,
-            watch,
-            vcpu,
-            pc: tb.pc,
-            requests: Requests::default(),
-        };
         let base = tb.pc;
         let mut iter = ops.iter();
         while let Some(op) = iter.next() {
@@ -1369,6 +1346,47 @@ impl<F: Frontend> Engine<F> {
             exit: None,
             requests: access.requests,
         }
+    }
+
+    /// The one callback of a [`ExecMode::CallEach`] block (`None` for other
+    /// blocks).
+    #[inline(always)]
+    fn call_each_callback<'g>(
+        generation: &'g Generation<F::Op>,
+        tb: &TbHeader,
+    ) -> Option<&'g InsnCallbackFn> {
+        if tb.mode != ExecMode::CallEach {
+            return None;
+        }
+        // Hook 0 is the (empty) entry hook; every instruction's hook names
+        // the same callback.
+        let hook = generation.hooks.get(tb.instr_start as usize + 1)?;
+        Some(&**generation.callbacks.get(hook.sole_call as usize)?)
+    }
+
+    /// The one memory action of a [`ExecMode::MemEach`] block and its
+    /// filter (`None` for other blocks).
+    #[inline(always)]
+    fn mem_each_action<'g>(
+        generation: &'g Generation<F::Op>,
+        tb: &TbHeader,
+    ) -> Option<(MemFilter, Watch<'g>)> {
+        if tb.mode != ExecMode::MemEach {
+            return None;
+        }
+        let start = tb.instr_start as usize;
+        let hooks = generation.hooks.get(start..start + tb.instr_len as usize)?;
+        let hook = hooks.iter().find(|h| h.mem_len != 0)?;
+        let action = generation.mem_actions.get(hook.mem_start as usize)?;
+        let watch = match action.kind {
+            CompiledMemKind::Call { cb } => {
+                Watch::Call(&**generation.mem_callbacks.get(cb as usize)?)
+            }
+            CompiledMemKind::Inline { board, slot, kind } => {
+                Watch::Inline(generation.boards.get(board as usize)?, slot as usize, kind)
+            }
+        };
+        Some((action.filter, watch))
     }
 
     /// Runs the actions of `hook` (before the instruction at `pc`, or on
