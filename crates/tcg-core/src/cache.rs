@@ -103,9 +103,9 @@ pub(crate) enum ExecMode {
     /// in callback mode): a loop that looks the callback up once per block
     /// instead of each instruction's hook.
     CallEach,
-    /// A [`ExecMode::StepsWithMemory`] plan that is one and the same memory
-    /// action on every instruction that accesses memory and nothing else
-    /// (a memory-watching plugin): a loop that arms that action once per
+    /// A [`ExecMode::StepsWithMemory`] plan that is the same memory actions
+    /// on every instruction that accesses memory and nothing else (a
+    /// memory-watching plugin): a loop that arms those actions once per
     /// block instead of walking each instruction's hook.
     MemEach,
     /// The general case: as [`ExecMode::Steps`], with instructions executing
@@ -643,7 +643,7 @@ impl<Op: Copy> Generation<Op> {
 
     /// Whether the `len` hooks at `start` (block entry first) of the block
     /// whose ops start at `ops_start` are no action before any instruction
-    /// and the same single memory action on each instruction that accesses
+    /// and the same memory actions on each instruction that accesses
     /// memory (those that do not never have one: see `Engine::plan_block`).
     fn mem_each(&self, start: u32, len: u32, ops_start: u32) -> bool {
         let Some([_, insn_hooks @ ..]) = self.hooks.get(start as usize..(start + len) as usize)
@@ -654,14 +654,14 @@ impl<Op: Copy> Generation<Op> {
             .ops
             .get(ops_start as usize..ops_start as usize + insn_hooks.len())
             .unwrap_or_default();
-        let mem_action = |h: &InsnHook| match h.mem_len {
-            1 => self.mem_actions.get(h.mem_start as usize).copied(),
-            _ => None,
+        let mem_actions = |h: &InsnHook| {
+            let from = h.mem_start as usize;
+            self.mem_actions.get(from..from + usize::from(h.mem_len))
         };
         let Some(one) = insn_hooks
             .iter()
             .find(|h| h.mem_len != 0)
-            .and_then(mem_action)
+            .and_then(mem_actions)
         else {
             return false;
         };
@@ -673,11 +673,36 @@ impl<Op: Copy> Generation<Op> {
             && insn_hooks.iter().zip(ops).all(|(h, op)| {
                 h.actions_len == 0
                     && if op.accesses_memory {
-                        mem_action(h) == Some(one)
+                        mem_actions(h).is_some_and(|actions| {
+                            actions.len() == one.len()
+                                && actions
+                                    .iter()
+                                    .zip(one)
+                                    .all(|(a, b)| self.same_mem_action(a, b))
+                        })
                     } else {
                         h.mem_len == 0
                     }
             })
+    }
+
+    /// Whether two compiled memory actions do the same thing: callbacks are
+    /// compared by identity, since one callback attached to many
+    /// instructions next to others may have several slots.
+    fn same_mem_action(&self, a: &CompiledMem, b: &CompiledMem) -> bool {
+        a.filter == b.filter
+            && match (a.kind, b.kind) {
+                (CompiledMemKind::Call { cb: x }, CompiledMemKind::Call { cb: y }) => {
+                    match (
+                        self.mem_callbacks.get(x as usize),
+                        self.mem_callbacks.get(y as usize),
+                    ) {
+                        (Some(x), Some(y)) => Arc::ptr_eq(x, y),
+                        _ => false,
+                    }
+                }
+                (x, y) => x == y,
+            }
     }
 
     /// The add per instruction if the `len` tallies at `start` are one that

@@ -804,18 +804,31 @@ impl<F: Frontend> Engine<F> {
                 F::set_pc(cpu, pc);
                 // Memory-watching blocks run here, the other instrumented
                 // ones out of line (see `exec_hooked`).
-                let end = if let Some((filter, watch)) = Self::mem_each_action(current, tb) {
-                    let access = WatchedMem {
-                        mem,
-                        filter,
-                        watch,
-                        vcpu: vcpu.index,
-                        pc: tb.pc,
-                        requests: Requests::default(),
-                    };
-                    Self::exec_mem_each(access, &self.signals, tb, current, cpu)
-                } else {
-                    Self::exec_hooked(current, &self.signals, vcpu.index, tb, cpu, mem)
+                let end = match Self::mem_each_plan(current, tb) {
+                    Some(MemEachPlan::One(filter, watch)) => {
+                        let access = WatchedMem {
+                            mem,
+                            filter,
+                            watch,
+                            vcpu: vcpu.index,
+                            pc: tb.pc,
+                            requests: Requests::default(),
+                        };
+                        Self::exec_mem_each(access, &self.signals, tb, current, cpu)
+                    }
+                    Some(MemEachPlan::Several(watch)) => {
+                        let access = WatchedMem {
+                            mem,
+                            // Each action checks its own filter.
+                            filter: MemFilter::All,
+                            watch,
+                            vcpu: vcpu.index,
+                            pc: tb.pc,
+                            requests: Requests::default(),
+                        };
+                        Self::exec_mem_each(access, &self.signals, tb, current, cpu)
+                    }
+                    None => Self::exec_hooked(current, &self.signals, vcpu.index, tb, cpu, mem),
                 };
                 insns += u64::from(end.executed);
                 pc = end.next_pc;
@@ -1303,8 +1316,8 @@ impl<F: Frontend> Engine<F> {
     /// stops after an instruction whose callback requested a flush or exit
     /// (or when another thread did).
     #[inline(always)]
-    fn exec_mem_each(
-        mut access: WatchedMem<'_>,
+    fn exec_mem_each<W: Fire>(
+        mut access: WatchedMem<'_, W>,
         signals: &Signals,
         tb: &TbHeader,
         generation: &Generation<F::Op>,
@@ -1364,20 +1377,30 @@ impl<F: Frontend> Engine<F> {
         Some(&**generation.callbacks.get(hook.sole_call as usize)?)
     }
 
-    /// The one memory action of a [`ExecMode::MemEach`] block and its
-    /// filter (`None` for other blocks).
+    /// How the accesses of a [`ExecMode::MemEach`] block are watched
+    /// (`None` for other blocks).
     #[inline(always)]
-    fn mem_each_action<'g>(
+    fn mem_each_plan<'g>(
         generation: &'g Generation<F::Op>,
         tb: &TbHeader,
-    ) -> Option<(MemFilter, Watch<'g>)> {
+    ) -> Option<MemEachPlan<'g>> {
         if tb.mode != ExecMode::MemEach {
             return None;
         }
         let start = tb.instr_start as usize;
         let hooks = generation.hooks.get(start..start + tb.instr_len as usize)?;
         let hook = hooks.iter().find(|h| h.mem_len != 0)?;
-        let action = generation.mem_actions.get(hook.mem_start as usize)?;
+        let from = hook.mem_start as usize;
+        let actions = generation
+            .mem_actions
+            .get(from..from + usize::from(hook.mem_len))?;
+        let [action] = actions else {
+            return Some(MemEachPlan::Several(MemActions {
+                actions,
+                callbacks: &generation.mem_callbacks,
+                boards: &generation.boards,
+            }));
+        };
         let watch = match action.kind {
             CompiledMemKind::Call { cb } => {
                 Watch::Call(&**generation.mem_callbacks.get(cb as usize)?)
@@ -1386,7 +1409,7 @@ impl<F: Frontend> Engine<F> {
                 Watch::Inline(generation.boards.get(board as usize)?, slot as usize, kind)
             }
         };
-        Some((action.filter, watch))
+        Some(MemEachPlan::One(action.filter, watch))
     }
 
     /// Runs the actions of `hook` (before the instruction at `pc`, or on
@@ -1490,44 +1513,92 @@ fn call<F: Frontend>(
 /// A memory callback behind its `Arc`.
 type MemCallbackFn = dyn Fn(&mut CallbackContext<'_>, &MemAccessInfo) + Send + Sync;
 
-/// The one memory action of a [`ExecMode::MemEach`] block, resolved once
-/// for the block.
+/// The one memory action of a [`ExecMode::MemEach`] block (the usual
+/// case), resolved once for the block.
 enum Watch<'a> {
     Call(&'a MemCallbackFn),
     Inline(&'a Scoreboard, usize, InlineKind),
 }
 
-/// Guest memory as a [`ExecMode::MemEach`] block sees it: each access its
-/// filter selects runs the block's one memory action.
-struct WatchedMem<'a> {
+/// What a [`ExecMode::MemEach`] block runs on each access: its one action
+/// ([`Watch`]) or its several ([`MemActions`]).
+trait Fire {
+    fn fire(
+        &self,
+        vcpu: u32,
+        pc: u64,
+        mem: &mut GuestMemory,
+        requests: &mut Requests,
+        info: &MemAccessInfo,
+    );
+}
+
+impl Fire for Watch<'_> {
+    #[inline]
+    fn fire(
+        &self,
+        vcpu: u32,
+        pc: u64,
+        mem: &mut GuestMemory,
+        requests: &mut Requests,
+        info: &MemAccessInfo,
+    ) {
+        match *self {
+            Watch::Call(cb) => {
+                let mut ctx = CallbackContext {
+                    vcpu,
+                    pc,
+                    registers: None,
+                    mem,
+                    requests,
+                };
+                cb(&mut ctx, info);
+            }
+            Watch::Inline(board, slot, kind) => board.apply(vcpu, slot, kind),
+        }
+    }
+}
+
+impl Fire for MemActions<'_> {
+    #[inline]
+    fn fire(
+        &self,
+        vcpu: u32,
+        pc: u64,
+        mem: &mut GuestMemory,
+        requests: &mut Requests,
+        info: &MemAccessInfo,
+    ) {
+        self.run(vcpu, pc, mem, requests, info);
+    }
+}
+
+/// How a [`ExecMode::MemEach`] block's accesses are watched.
+enum MemEachPlan<'a> {
+    One(MemFilter, Watch<'a>),
+    Several(MemActions<'a>),
+}
+
+/// Guest memory as a [`ExecMode::MemEach`] block sees it: each access
+/// `filter` selects runs the block's actions.
+struct WatchedMem<'a, W> {
     mem: &'a mut GuestMemory,
     filter: MemFilter,
-    watch: Watch<'a>,
+    watch: W,
     vcpu: u32,
     pc: u64,
     requests: Requests,
 }
 
-impl WatchedMem<'_> {
+impl<W: Fire> WatchedMem<'_, W> {
     #[inline]
     fn fire(&mut self, info: MemAccessInfo) {
-        match self.watch {
-            Watch::Call(cb) => {
-                let mut ctx = CallbackContext {
-                    vcpu: self.vcpu,
-                    pc: self.pc,
-                    registers: None,
-                    mem: &mut *self.mem,
-                    requests: &mut self.requests,
-                };
-                cb(&mut ctx, &info);
-            }
-            Watch::Inline(board, slot, kind) => board.apply(self.vcpu, slot, kind),
-        }
+        self.watch
+            .fire(self.vcpu, self.pc, self.mem, &mut self.requests, &info);
     }
 }
 
-impl MemAccess for WatchedMem<'_> {
+impl<W: Fire> MemAccess for WatchedMem<'_, W> {
     #[inline(always)]
     fn load(&mut self, addr: u64, size: u8, signed: bool) -> Result<u64, MemFault> {
         let raw = self.mem.load(addr, size)?;
@@ -1590,6 +1661,35 @@ struct InstrumentedMem<'a> {
 impl InstrumentedMem<'_> {
     #[inline]
     fn notify(&mut self, info: MemAccessInfo) {
+        let actions = MemActions {
+            actions: self.actions,
+            callbacks: self.callbacks,
+            boards: self.boards,
+        };
+        actions.run(self.vcpu, self.pc, self.mem, &mut self.requests, &info);
+    }
+}
+
+/// Memory actions with the tables their indices point into.
+#[derive(Clone, Copy)]
+struct MemActions<'a> {
+    actions: &'a [crate::cache::CompiledMem],
+    callbacks: &'a [MemCallback],
+    boards: &'a [Arc<Scoreboard>],
+}
+
+impl MemActions<'_> {
+    /// Runs the actions whose filter selects the access `info` made by the
+    /// instruction at `pc` on `vcpu`.
+    #[inline]
+    fn run(
+        self,
+        vcpu: u32,
+        pc: u64,
+        mem: &mut GuestMemory,
+        requests: &mut Requests,
+        info: &MemAccessInfo,
+    ) {
         for action in self.actions {
             if !action.filter.matches(info.is_store) {
                 continue;
@@ -1597,19 +1697,19 @@ impl InstrumentedMem<'_> {
             match action.kind {
                 CompiledMemKind::Inline { board, slot, kind } => {
                     if let Some(b) = self.boards.get(board as usize) {
-                        b.apply(self.vcpu, slot as usize, kind);
+                        b.apply(vcpu, slot as usize, kind);
                     }
                 }
                 CompiledMemKind::Call { cb } => {
                     if let Some(cb) = self.callbacks.get(cb as usize) {
                         let mut ctx = CallbackContext {
-                            vcpu: self.vcpu,
-                            pc: self.pc,
+                            vcpu,
+                            pc,
                             registers: None,
-                            mem: &mut *self.mem,
-                            requests: &mut self.requests,
+                            mem: &mut *mem,
+                            requests: &mut *requests,
                         };
-                        cb(&mut ctx, &info);
+                        cb(&mut ctx, info);
                     }
                 }
             }
