@@ -1075,23 +1075,35 @@ impl<Op: Copy> Generation<Op> {
 
     /// Compiles `actions` into `self.actions`; the hook names their range.
     fn compile_actions(&mut self, actions: &[Action]) -> InsnHook {
-        let actions_start = idx(self.actions.len());
-        for action in actions.iter().take(MAX_HOOK_ACTIONS) {
-            let compiled = self.compile_action(action);
-            self.actions.push(compiled);
-        }
-        let sole_call = match self.actions.get(actions_start as usize..) {
-            Some([CompiledAction::Call { cb }]) => *cb,
-            _ => NONE,
-        };
-        InsnHook {
-            actions_start,
-            actions_len: len16(actions.len()),
+        let mut hook = InsnHook {
+            actions_start: idx(self.actions.len()),
+            actions_len: 0,
             mem_start: 0,
             mem_len: 0,
             mem_calls: false,
-            sole_call,
+            sole_call: NONE,
+        };
+        // Mostly none or one (re-planning after a reset compiles every
+        // block run again: this is on its path).
+        match actions {
+            [] => {}
+            [one] => {
+                let compiled = self.compile_action(one);
+                if let CompiledAction::Call { cb } = compiled {
+                    hook.sole_call = cb;
+                }
+                self.actions.push(compiled);
+                hook.actions_len = 1;
+            }
+            many => {
+                for action in many.iter().take(MAX_HOOK_ACTIONS) {
+                    let compiled = self.compile_action(action);
+                    self.actions.push(compiled);
+                }
+                hook.actions_len = len16(many.len());
+            }
         }
+        hook
     }
 
     /// Makes block `id` unreachable (its storage stays until the generation
