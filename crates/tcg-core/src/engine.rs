@@ -1648,6 +1648,8 @@ fn stored_bits(value: u64, size: u8) -> u64 {
 
 /// Guest memory as an instrumented instruction sees it: each access runs the
 /// instruction's memory actions, borrowed for this instruction only.
+/// [`WatchedMem`] is its twin for MemEach blocks; one generic accessor for
+/// both measured slower (criterion: `none` +2%, the memory callback +13%).
 struct InstrumentedMem<'a> {
     mem: &'a mut GuestMemory,
     actions: &'a [crate::cache::CompiledMem],
