@@ -196,10 +196,7 @@ impl Scoreboard {
     #[inline]
     pub fn add(&self, vcpu: u32, slot: usize, value: u64) {
         if let Some(c) = self.cell(vcpu, slot) {
-            c.store(
-                c.load(Ordering::Relaxed).wrapping_add(value),
-                Ordering::Relaxed,
-            );
+            add_to(c, value);
         }
     }
     /// Sum of `slot` over all vCPUs (wrapping).
@@ -227,22 +224,28 @@ impl Scoreboard {
         // allocated.
         let index = (vcpu as usize).wrapping_mul(self.slots).wrapping_add(slot);
         if let Some(c) = self.cells.get(index) {
-            c.store(
-                c.load(Ordering::Relaxed).wrapping_add(value),
-                Ordering::Relaxed,
-            );
+            add_to(c, value);
         }
     }
     #[inline(always)]
     pub(crate) fn apply(&self, vcpu: u32, slot: usize, op: InlineKind) {
         if let Some(c) = self.cell(vcpu, slot) {
-            let v = match op {
-                InlineKind::Add(imm) => c.load(Ordering::Relaxed).wrapping_add(imm),
-                InlineKind::Store(imm) => imm,
-            };
-            c.store(v, Ordering::Relaxed);
+            match op {
+                InlineKind::Add(imm) => add_to(c, imm),
+                InlineKind::Store(imm) => c.store(imm, Ordering::Relaxed),
+            }
         }
     }
+}
+
+/// Adds `value` (wrapping) to a scoreboard cell: a relaxed load and store,
+/// not a locked read-modify-write, since only the row's vCPU writes it.
+#[inline(always)]
+fn add_to(cell: &AtomicU64, value: u64) {
+    cell.store(
+        cell.load(Ordering::Relaxed).wrapping_add(value),
+        Ordering::Relaxed,
+    );
 }
 
 /// What an inline operation does to its scoreboard entry.
