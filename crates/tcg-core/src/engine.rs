@@ -1150,9 +1150,11 @@ impl<F: Frontend> Engine<F> {
         // this generation that cannot outlive the generation.
         let mut access = InstrumentedMem {
             mem,
-            actions: &[],
-            callbacks: &generation.mem_callbacks,
-            boards: &generation.boards,
+            actions: MemActions {
+                actions: &[],
+                callbacks: &generation.mem_callbacks,
+                boards: &generation.boards,
+            },
             vcpu,
             pc: tb.pc,
             requests: Requests::default(),
@@ -1181,14 +1183,14 @@ impl<F: Frontend> Engine<F> {
                 if hook.mem_len != 0 {
                     called |= hook.mem_calls;
                     let from = hook.mem_start as usize;
-                    access.actions = generation
+                    access.actions.actions = generation
                         .mem_actions
                         .get(from..from + usize::from(hook.mem_len))
                         .unwrap_or_default();
                 }
                 access.pc = pc;
                 let flow = F::execute(cpu, &op.op, pc, &mut access);
-                access.actions = &[];
+                access.actions.actions = &[];
                 flow
             } else {
                 F::execute(cpu, &op.op, pc, &mut *access.mem)
@@ -1652,9 +1654,9 @@ fn stored_bits(value: u64, size: u8) -> u64 {
 /// both measured slower (criterion: `none` +2%, the memory callback +13%).
 struct InstrumentedMem<'a> {
     mem: &'a mut GuestMemory,
-    actions: &'a [crate::cache::CompiledMem],
-    callbacks: &'a [MemCallback],
-    boards: &'a [Arc<Scoreboard>],
+    /// The executing instruction's memory actions (none between
+    /// instructions).
+    actions: MemActions<'a>,
     vcpu: u32,
     pc: u64,
     requests: Requests,
@@ -1663,12 +1665,8 @@ struct InstrumentedMem<'a> {
 impl InstrumentedMem<'_> {
     #[inline]
     fn notify(&mut self, info: MemAccessInfo) {
-        let actions = MemActions {
-            actions: self.actions,
-            callbacks: self.callbacks,
-            boards: self.boards,
-        };
-        actions.run(self.vcpu, self.pc, self.mem, &mut self.requests, &info);
+        self.actions
+            .run(self.vcpu, self.pc, self.mem, &mut self.requests, &info);
     }
 }
 
@@ -1726,7 +1724,7 @@ impl MemAccess for InstrumentedMem<'_> {
     fn load(&mut self, addr: u64, size: u8, signed: bool) -> Result<u64, MemFault> {
         let raw = self.mem.load(addr, size)?;
         let value = if signed { sign_extend(raw, size) } else { raw };
-        if !self.actions.is_empty() {
+        if !self.actions.actions.is_empty() {
             self.notify(MemAccessInfo {
                 addr,
                 size,
@@ -1741,7 +1739,7 @@ impl MemAccess for InstrumentedMem<'_> {
     #[inline(always)]
     fn store(&mut self, addr: u64, size: u8, value: u64) -> Result<(), MemFault> {
         self.mem.store(addr, size, value)?;
-        if !self.actions.is_empty() {
+        if !self.actions.actions.is_empty() {
             self.notify(MemAccessInfo {
                 addr,
                 size,
