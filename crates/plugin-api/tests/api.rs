@@ -907,50 +907,6 @@ fn count_with_shared(
     shared
 }
 
-#[test]
-fn shared_callbacks_count_every_attachment_and_die_with_their_registration() -> TestResult {
-    let host = host();
-    let (first, second) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let handle = Arc::new(Mutex::new(None::<(PluginHandle, SharedExecCallback)>));
-    let (h, f) = (handle.clone(), first.clone());
-    host.install(
-        "shared",
-        Arc::new(Custom(move |ph: &PluginHandle| {
-            let shared = count_with_shared(ph, &f, None);
-            *h.lock().unwrap() = Some((ph.clone(), shared));
-        })),
-    )?;
-    let (ph, old) = handle
-        .lock()
-        .map_err(|e| e.to_string())?
-        .clone()
-        .ok_or("no handle")?;
-    let (mut mem, mut cpu) = machine(&loop_program())?;
-    let mut engine = Engine::new(Rv64::new());
-    host.attach(&mut engine);
-    host.vcpu_init(0);
-    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
-    assert_eq!(first.load(Relaxed), 53, "one call per instruction");
-
-    // Reset; the completion registers a new shared callback and attaches
-    // the one made before the reset too: that one no longer runs.
-    let s = second.clone();
-    ph.reset(move |ph| {
-        count_with_shared(ph, &s, Some(old));
-    })?;
-    let (mut mem, mut cpu) = machine(&loop_program())?;
-    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
-    assert_eq!(
-        first.load(Relaxed),
-        53,
-        "the old registration's callback is dead"
-    );
-    assert_eq!(second.load(Relaxed), 53);
-    host.vcpu_exit(0);
-    host.finish()?;
-    Ok(())
-}
-
 /// Counts loads into `counter` with a shared memory callback made now,
 /// attached to every instruction (and, if given, `stale` attached too).
 fn count_loads_with_shared(
@@ -975,16 +931,23 @@ fn count_loads_with_shared(
     shared
 }
 
-#[test]
-fn shared_memory_callbacks_see_every_access_and_die_with_their_registration() -> TestResult {
+/// A plugin that `register`s a shared callback counting into a counter and
+/// attaching it everywhere: the loop program makes it count `expected`
+/// (`why`). After a reset whose completion registers again and attaches the
+/// callback made before the reset too, only the new one counts.
+fn shared_callbacks_die_with_their_registration<C: Clone + Send + 'static>(
+    register: fn(&PluginHandle, &Arc<AtomicU64>, Option<C>) -> C,
+    expected: u64,
+    why: &str,
+) -> TestResult {
     let host = host();
     let (first, second) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let handle = Arc::new(Mutex::new(None::<(PluginHandle, SharedMemCallback)>));
+    let handle = Arc::new(Mutex::new(None::<(PluginHandle, C)>));
     let (h, f) = (handle.clone(), first.clone());
     host.install(
-        "shared-mem",
+        "shared",
         Arc::new(Custom(move |ph: &PluginHandle| {
-            let shared = count_loads_with_shared(ph, &f, None);
+            let shared = register(ph, &f, None);
             *h.lock().unwrap() = Some((ph.clone(), shared));
         })),
     )?;
@@ -996,27 +959,37 @@ fn shared_memory_callbacks_see_every_access_and_die_with_their_registration() ->
     let (mut mem, mut cpu) = machine(&loop_program())?;
     let mut engine = Engine::new(Rv64::new());
     host.attach(&mut engine);
+    host.vcpu_init(0);
     assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
-    assert_eq!(
-        first.load(Relaxed),
-        20,
-        "two loads in each of 10 iterations"
-    );
+    assert_eq!(first.load(Relaxed), expected, "{why}");
 
-    // Reset; the completion registers a new one and attaches the one made
-    // before the reset too: that one no longer runs.
     let s = second.clone();
     ph.reset(move |ph| {
-        count_loads_with_shared(ph, &s, Some(old));
+        register(ph, &s, Some(old));
     })?;
     let (mut mem, mut cpu) = machine(&loop_program())?;
     assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
     assert_eq!(
         first.load(Relaxed),
-        20,
+        expected,
         "the old registration's callback is dead"
     );
-    assert_eq!(second.load(Relaxed), 20);
+    assert_eq!(second.load(Relaxed), expected);
+    host.vcpu_exit(0);
     host.finish()?;
     Ok(())
+}
+
+#[test]
+fn shared_callbacks_count_every_attachment_and_die_with_their_registration() -> TestResult {
+    shared_callbacks_die_with_their_registration(count_with_shared, 53, "one call per instruction")
+}
+
+#[test]
+fn shared_memory_callbacks_see_every_access_and_die_with_their_registration() -> TestResult {
+    shared_callbacks_die_with_their_registration(
+        count_loads_with_shared,
+        20,
+        "two loads in each of 10 iterations",
+    )
 }
