@@ -57,19 +57,11 @@ fn callbacks_and_inline_counters_match_the_engine_count() {
     let board = Arc::new(Scoreboard::new(2, 1));
     let (cb, b) = (counter_cb(&calls), board.clone());
     let instr = install(&mut engine, move |tb, plan| {
-        plan.on_entry(Action::Inline(InlineOp {
-            board: b.clone(),
-            slot: 1,
-            kind: InlineKind::Add(1),
-        }));
+        plan.on_entry(inline_add(&b, 1, 1));
         assert_eq!(plan.insns_mut().len(), tb.insn_count());
         for insn in plan.insns_mut() {
             insn.on_execute(Action::Callback(cb.clone()));
-            insn.on_execute(Action::Inline(InlineOp {
-                board: b.clone(),
-                slot: 0,
-                kind: InlineKind::Add(1),
-            }));
+            insn.on_execute(inline_add(&b, 0, 1));
         }
     });
     let mut cpu = cpu_at(CODE);
@@ -420,11 +412,7 @@ fn conditional_callbacks_run_only_when_the_condition_holds() {
     let (b, f, n) = (board.clone(), counter_cb(&fired), counter_cb(&never));
     install(&mut engine, move |_tb, plan| {
         for insn in plan.insns_mut() {
-            insn.on_execute(Action::Inline(InlineOp {
-                board: b.clone(),
-                slot: 0,
-                kind: InlineKind::Add(1),
-            }));
+            insn.on_execute(inline_add(&b, 0, 1));
             let cond = |compare, value| Condition {
                 board: b.clone(),
                 slot: 0,
@@ -927,11 +915,7 @@ fn scoreboards_and_callbacks_see_each_vcpus_index() {
             },
         )));
         for insn in plan.insns_mut() {
-            insn.on_execute(Action::Inline(InlineOp {
-                board: b.clone(),
-                slot: 0,
-                kind: InlineKind::Add(1),
-            }));
+            insn.on_execute(inline_add(&b, 0, 1));
         }
     });
     let mut one = engine.new_vcpu();
@@ -973,13 +957,7 @@ fn run_inline_adds(code: &[u32], force_steps: bool) -> (CpuExit, [u64; 3], u64) 
     let b = board.clone();
     let never = counter_cb(&Arc::new(AtomicU64::new(0)));
     install(&mut engine, move |_tb, plan| {
-        let add = |slot, imm| {
-            Action::Inline(InlineOp {
-                board: b.clone(),
-                slot,
-                kind: InlineKind::Add(imm),
-            })
-        };
+        let add = |slot, imm| inline_add(&b, slot, imm);
         plan.on_entry(add(1, 10));
         for (i, insn) in plan.insns_mut().iter_mut().enumerate() {
             insn.on_execute(add(0, i as u64 + 1));
@@ -1141,11 +1119,7 @@ fn reinstrumented_inline_counters_stay_exact() {
     let (b, i) = (board.clone(), imm.clone());
     install(&mut engine, move |_tb, plan| {
         for insn in plan.insns_mut() {
-            insn.on_execute(Action::Inline(InlineOp {
-                board: b.clone(),
-                slot: 0,
-                kind: InlineKind::Add(i.load(Relaxed)),
-            }));
+            insn.on_execute(inline_add(&b, 0, i.load(Relaxed)));
         }
     });
     let mut expected = 0;
@@ -1193,18 +1167,10 @@ fn batched_inline_counts_are_exact_wherever_the_vcpu_looks() {
             return;
         }
         if tb.pc() == CODE {
-            plan.on_entry(Action::Inline(InlineOp {
-                board: e.clone(),
-                slot: 1,
-                kind: InlineKind::Add(1),
-            }));
+            plan.on_entry(inline_add(&e, 1, 1));
         }
         for insn in plan.insns_mut() {
-            insn.on_execute(Action::Inline(InlineOp {
-                board: i.clone(),
-                slot: 0,
-                kind: InlineKind::Add(3),
-            }));
+            insn.on_execute(inline_add(&i, 0, 3));
         }
     });
     let mut cpu = cpu_at(CODE);
@@ -1257,11 +1223,7 @@ fn instruction_counters_on_different_boards_stay_exact() {
             (&o, 1)
         };
         for insn in plan.insns_mut() {
-            insn.on_execute(Action::Inline(InlineOp {
-                board: board.clone(),
-                slot: 0,
-                kind: InlineKind::Add(add),
-            }));
+            insn.on_execute(inline_add(board, 0, add));
         }
     });
     let first_and_syscall = 11 + 5 + 1;
@@ -1290,11 +1252,7 @@ fn a_new_counter_board_on_every_reinstrumentation_stays_exact() {
     install(&mut engine, move |_tb, plan| {
         let board = c.lock().unwrap().clone();
         for insn in plan.insns_mut() {
-            insn.on_execute(Action::Inline(InlineOp {
-                board: board.clone(),
-                slot: 0,
-                kind: InlineKind::Add(2),
-            }));
+            insn.on_execute(inline_add(&board, 0, 2));
         }
     });
     for round in 0..300 {

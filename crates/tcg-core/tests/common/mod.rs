@@ -321,3 +321,12 @@ pub fn loop_program(n: i32) -> Vec<u32> {
 pub fn loop_insns(n: u64) -> u64 {
     11 + 5 * n + 1
 }
+
+/// An inline add of `imm` to `slot` of `board`.
+pub fn inline_add(board: &std::sync::Arc<Scoreboard>, slot: usize, imm: u64) -> Action {
+    Action::Inline(InlineOp {
+        board: board.clone(),
+        slot,
+        kind: InlineKind::Add(imm),
+    })
+}
