@@ -201,9 +201,9 @@ fn bench_dispatch(c: &mut Criterion) {
         ("inline_counter", {
             let board = board.clone();
             Some(Attach(Box::new(move |plan| {
-                for insn in plan.insns_mut() {
+                for insn in plan.insns() {
                     insn.on_execute(Action::Inline(InlineOp {
-                        board: board.clone(),
+                        board: &board,
                         slot: 0,
                         kind: InlineKind::Add(1),
                     }));
@@ -213,16 +213,16 @@ fn bench_dispatch(c: &mut Criterion) {
         ("insn_callback", {
             let cb = insn_cb.clone();
             Some(Attach(Box::new(move |plan| {
-                for insn in plan.insns_mut() {
-                    insn.on_execute(Action::Callback(cb.clone()));
+                for insn in plan.insns() {
+                    insn.on_execute(Action::Callback(&cb));
                 }
             })))
         }),
         ("mem_callback", {
             let cb = mem_cb.clone();
             Some(Attach(Box::new(move |plan| {
-                for insn in plan.insns_mut() {
-                    insn.on_memory(MemFilter::All, MemAction::Callback(cb.clone()));
+                for insn in plan.insns() {
+                    insn.on_memory(MemFilter::All, MemAction::Callback(&cb));
                 }
             })))
         }),

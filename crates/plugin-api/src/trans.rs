@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use tcgkit_tcg_core::{
     Action, CallbackContext, Compare, Condition, InlineKind, InlineOp, InsnCallback, InsnInfo,
-    InsnPlan, MemAccessInfo, MemAction, MemCallback, MemFilter, Scoreboard, TbPlan, TbView,
+    MemAccessInfo, MemAction, MemCallback, MemFilter, Scoreboard, TbPlan, TbView,
 };
 
 use crate::PluginError;
@@ -194,17 +194,13 @@ where
     })
 }
 
-fn inline(board: &Arc<Scoreboard>, slot: usize, kind: InlineKind) -> InlineOp {
-    InlineOp {
-        board: Arc::clone(board),
-        slot,
-        kind,
-    }
+fn inline(board: &Arc<Scoreboard>, slot: usize, kind: InlineKind) -> InlineOp<'_> {
+    InlineOp { board, slot, kind }
 }
 
-fn condition(board: &Arc<Scoreboard>, slot: usize, compare: Compare, value: u64) -> Condition {
+fn condition(board: &Arc<Scoreboard>, slot: usize, compare: Compare, value: u64) -> Condition<'_> {
     Condition {
-        board: Arc::clone(board),
+        board,
         slot,
         compare,
         value,
@@ -217,7 +213,7 @@ fn condition(board: &Arc<Scoreboard>, slot: usize, compare: Compare, value: u64)
 /// `tb_trans` callback.
 pub struct TbTrans<'a> {
     view: &'a TbView<'a>,
-    plan: &'a mut TbPlan,
+    plan: &'a TbPlan,
     guard: &'a Guard,
     symbols: &'a SymbolTable,
 }
@@ -234,7 +230,7 @@ impl fmt::Debug for TbTrans<'_> {
 impl<'a> TbTrans<'a> {
     pub(crate) fn new(
         view: &'a TbView<'a>,
-        plan: &'a mut TbPlan,
+        plan: &'a TbPlan,
         guard: &'a Guard,
         symbols: &'a SymbolTable,
     ) -> Self {
@@ -269,12 +265,11 @@ impl<'a> TbTrans<'a> {
     /// Instruction `index`, to inspect and instrument.
     pub fn insn(&mut self, index: usize) -> Option<InsnTrans<'_>> {
         let info = *self.view.insns().get(index)?;
-        let plan = self.plan.insn(index)?;
         Some(InsnTrans {
             info,
             index,
             view: self.view,
-            plan,
+            plan: self.plan,
             guard: self.guard,
             symbols: self.symbols,
         })
@@ -282,13 +277,11 @@ impl<'a> TbTrans<'a> {
 
     /// Every instruction in order, to inspect and instrument.
     pub fn insns(&mut self) -> impl Iterator<Item = InsnTrans<'_>> {
-        let (view, guard, symbols) = (self.view, self.guard, self.symbols);
-        self.plan
-            .insns_mut()
-            .iter_mut()
-            .zip(view.insns())
+        let (view, plan, guard, symbols) = (self.view, self.plan, self.guard, self.symbols);
+        view.insns()
+            .iter()
             .enumerate()
-            .map(move |(index, (plan, &info))| InsnTrans {
+            .map(move |(index, &info)| InsnTrans {
                 info,
                 index,
                 view,
@@ -304,17 +297,13 @@ impl<'a> TbTrans<'a> {
         access: Access,
         cb: impl Fn(&mut ExecContext<'_, '_>) + Send + Sync + 'static,
     ) {
-        self.plan.on_entry(Action::Callback(exec_callback(
-            self.guard,
-            access,
-            "block execution",
-            cb,
-        )));
+        let cb = exec_callback(self.guard, access, "block execution", cb);
+        self.plan.on_entry(Action::Callback(&cb));
     }
 
     /// Calls the shared callback `cb` each time the block is entered.
     pub fn on_exec_shared(&mut self, cb: &SharedExecCallback) {
-        self.plan.on_entry(Action::Callback(Arc::clone(&cb.cb)));
+        self.plan.on_entry(Action::Callback(&cb.cb));
     }
 
     /// Applies `kind` to `slot` of the executing vCPU's row of `board`
@@ -338,7 +327,7 @@ impl<'a> TbTrans<'a> {
         let cb = exec_callback(self.guard, access, "block execution", cb);
         self.plan.on_entry(Action::Conditional(
             condition(board, slot, compare, value),
-            cb,
+            &cb,
         ));
     }
 }
@@ -348,7 +337,7 @@ pub struct InsnTrans<'a> {
     info: InsnInfo,
     index: usize,
     view: &'a TbView<'a>,
-    plan: &'a mut InsnPlan,
+    plan: &'a TbPlan,
     guard: &'a Guard,
     symbols: &'a SymbolTable,
 }
@@ -363,6 +352,24 @@ impl fmt::Debug for InsnTrans<'_> {
 }
 
 impl InsnTrans<'_> {
+    /// Attaches an execution action to this instruction (inlined: each
+    /// caller's action variant is then known, and the attaching code folds).
+    #[inline(always)]
+    fn on_execute(&self, action: Action<'_>) {
+        if let Some(insn) = self.plan.insn(self.index) {
+            insn.on_execute(action);
+        }
+    }
+
+    /// Attaches a memory action to this instruction (inlined as
+    /// `on_execute` is).
+    #[inline(always)]
+    fn on_memory(&self, filter: MemFilter, action: MemAction<'_>) {
+        if let Some(insn) = self.plan.insn(self.index) {
+            insn.on_memory(filter, action);
+        }
+    }
+
     /// Position in the block.
     pub fn index(&self) -> usize {
         self.index
@@ -404,24 +411,19 @@ impl InsnTrans<'_> {
         access: Access,
         cb: impl Fn(&mut ExecContext<'_, '_>) + Send + Sync + 'static,
     ) {
-        self.plan.on_execute(Action::Callback(exec_callback(
-            self.guard,
-            access,
-            "instruction",
-            cb,
-        )));
+        let cb = exec_callback(self.guard, access, "instruction", cb);
+        self.on_execute(Action::Callback(&cb));
     }
 
     /// Calls the shared callback `cb` before the instruction executes.
     pub fn on_exec_shared(&mut self, cb: &SharedExecCallback) {
-        self.plan.on_execute(Action::Callback(Arc::clone(&cb.cb)));
+        self.on_execute(Action::Callback(&cb.cb));
     }
 
     /// Applies `kind` to `slot` of the executing vCPU's row of `board`
     /// before the instruction executes, without a call.
     pub fn on_exec_inline(&mut self, board: &Arc<Scoreboard>, slot: usize, kind: InlineKind) {
-        self.plan
-            .on_execute(Action::Inline(inline(board, slot, kind)));
+        self.on_execute(Action::Inline(inline(board, slot, kind)));
     }
 
     /// Calls `cb` before the instruction executes, only if the scoreboard
@@ -436,9 +438,9 @@ impl InsnTrans<'_> {
         cb: impl Fn(&mut ExecContext<'_, '_>) + Send + Sync + 'static,
     ) {
         let cb = exec_callback(self.guard, access, "instruction", cb);
-        self.plan.on_execute(Action::Conditional(
+        self.on_execute(Action::Conditional(
             condition(board, slot, compare, value),
-            cb,
+            &cb,
         ));
     }
 
@@ -451,17 +453,14 @@ impl InsnTrans<'_> {
         access: Access,
         cb: impl Fn(&mut ExecContext<'_, '_>, &MemAccessInfo) + Send + Sync + 'static,
     ) {
-        self.plan.on_memory(
-            filter,
-            MemAction::Callback(mem_callback(self.guard, access, cb)),
-        );
+        let cb = mem_callback(self.guard, access, cb);
+        self.on_memory(filter, MemAction::Callback(&cb));
     }
 
     /// Calls the shared callback `cb` after each of the instruction's memory
     /// accesses that `filter` selects (see [`InsnTrans::on_mem`]).
     pub fn on_mem_shared(&mut self, filter: MemFilter, cb: &SharedMemCallback) {
-        self.plan
-            .on_memory(filter, MemAction::Callback(Arc::clone(&cb.cb)));
+        self.on_memory(filter, MemAction::Callback(&cb.cb));
     }
 
     /// Applies `kind` to the scoreboard entry on each selected access,
@@ -473,7 +472,6 @@ impl InsnTrans<'_> {
         slot: usize,
         kind: InlineKind,
     ) {
-        self.plan
-            .on_memory(filter, MemAction::Inline(inline(board, slot, kind)));
+        self.on_memory(filter, MemAction::Inline(inline(board, slot, kind)));
     }
 }

@@ -739,7 +739,9 @@ fn vcpu_events_and_per_vcpu_scoreboards() -> TestResult {
 /// at once, and no callback attached before the flush runs after it.
 #[test]
 fn tcg_core_never_runs_retired_callbacks() -> TestResult {
-    use tcgkit_tcg_core::{Action, Instrumentation, MemAction, TbPlan, TbView};
+    use tcgkit_tcg_core::{
+        Action, InsnCallback, Instrumentation, MemAction, MemCallback, TbPlan, TbView,
+    };
 
     #[derive(Default)]
     struct Raw {
@@ -762,7 +764,7 @@ fn tcg_core_never_runs_retired_callbacks() -> TestResult {
                     self.insns.clone(),
                     self.flush_requested_at.clone(),
                 );
-                p.on_execute(Action::Callback(Arc::new(move |ctx| {
+                let on_insn: InsnCallback = Arc::new(move |ctx| {
                     if e.load(Relaxed) != epoch {
                         stale.fetch_add(1, Relaxed);
                     }
@@ -771,24 +773,23 @@ fn tcg_core_never_runs_retired_callbacks() -> TestResult {
                         req.store(ctx.pc(), Relaxed);
                         ctx.request_flush();
                     }
-                })));
+                });
+                p.on_execute(Action::Callback(&on_insn));
                 let (e, stale, req, after) = (
                     self.epoch.clone(),
                     self.stale.clone(),
                     self.flush_requested_at.clone(),
                     self.mem_after_request.clone(),
                 );
-                p.on_memory(
-                    MemFilter::Reads,
-                    MemAction::Callback(Arc::new(move |ctx, _| {
-                        if e.load(Relaxed) != epoch {
-                            stale.fetch_add(1, Relaxed);
-                        }
-                        if req.load(Relaxed) == ctx.pc() {
-                            after.fetch_add(1, Relaxed);
-                        }
-                    })),
-                );
+                let on_load: MemCallback = Arc::new(move |ctx, _| {
+                    if e.load(Relaxed) != epoch {
+                        stale.fetch_add(1, Relaxed);
+                    }
+                    if req.load(Relaxed) == ctx.pc() {
+                        after.fetch_add(1, Relaxed);
+                    }
+                });
+                p.on_memory(MemFilter::Reads, MemAction::Callback(&on_load));
             }
         }
         fn flushed(&self) {

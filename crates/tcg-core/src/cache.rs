@@ -12,8 +12,7 @@ use std::sync::{Arc, LazyLock};
 use hashbrown::HashMap;
 
 use crate::instrument::{
-    Action, Compare, InlineKind, InlineOp, InsnCallback, MemAction, MemCallback, MemFilter,
-    Scoreboard, TbPlan,
+    Compare, InlineKind, InsnCallback, MemCallback, MemFilter, PlanData, PlanTables, Scoreboard,
 };
 
 /// Marks "no entry" in `u32` links.
@@ -159,9 +158,9 @@ pub(crate) struct InsnHook {
     pub(crate) sole_call: u32,
 }
 
-/// A compiled [`Action`]. Callbacks and scoreboards are referenced by index
-/// into the generation's tables, so actions are `Copy` and freed wholesale
-/// with the generation.
+/// A compiled [`crate::Action`]. Callbacks and scoreboards are referenced
+/// by index into the generation's tables (in a [`crate::TbPlan`], into the plan's
+/// own), so actions are `Copy` and freed wholesale with the generation.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum CompiledAction {
     /// Call an instruction (or block-entry) callback.
@@ -253,6 +252,13 @@ impl SlotUses {
         };
         self.last = Some(slot);
         slot
+    }
+
+    /// One more use of `slot`, which holds a callback.
+    fn add_use(&mut self, slot: u32) {
+        if let Some(n) = self.uses.get_mut(slot as usize) {
+            *n += 1;
+        }
     }
 
     /// One use of `slot` fewer; at none, its callback is dropped for
@@ -370,6 +376,8 @@ pub(crate) struct Generation<Op> {
     /// Scoreboards by pointer identity -> index (a plan names few boards,
     /// many times).
     board_ids: HashMap<usize, u32>,
+    /// The plan being compiled: its table indices -> this generation's.
+    plan_slots: PlanSlots,
     pub(crate) dead_tbs: usize,
     /// Bumped by a re-instrumentation: every block planned under an older
     /// version is planned again when it is next entered.
@@ -380,6 +388,15 @@ pub(crate) struct Generation<Op> {
     /// their sums) superseded by re-planning: garbage until the generation
     /// is dropped, bounded by flushing once it outweighs the live ones.
     stale_entries: usize,
+}
+
+/// Where the callbacks and scoreboards of the plan being compiled sit in
+/// the generation's tables ([`NONE`]: callback not resolved yet).
+#[derive(Default)]
+struct PlanSlots {
+    callbacks: Vec<u32>,
+    mem_callbacks: Vec<u32>,
+    boards: Vec<u32>,
 }
 
 fn arc_key<T: ?Sized>(arc: &Arc<T>) -> usize {
@@ -424,6 +441,7 @@ impl<Op: Copy> Generation<Op> {
             mem_callback_uses: SlotUses::default(),
             boards: Vec::new(),
             board_ids: HashMap::new(),
+            plan_slots: PlanSlots::default(),
             dead_tbs: 0,
             plan_version: 0,
             count_tally: CountTally::Unset,
@@ -535,7 +553,7 @@ impl<Op: Copy> Generation<Op> {
         size: u32,
         ops: &[TbOp<Op>],
         raws: &[u32],
-        plan: Option<&TbPlan>,
+        plan: Option<&PlanData>,
     ) -> u32 {
         let id = idx(self.tbs.len());
         let ops_start = idx(self.ops.len());
@@ -581,12 +599,17 @@ impl<Op: Copy> Generation<Op> {
     /// `hooks` or `tallies`.
     fn compile_plan(
         &mut self,
-        plan: Option<&TbPlan>,
+        plan: Option<&PlanData>,
         ops_start: u32,
         insns: usize,
     ) -> (ExecMode, u32, u32) {
+        if let Some(plan) = plan {
+            self.resolve_tables(&plan.tables);
+        }
         match plan {
-            Some(plan) if tally_only(plan) => {
+            // Inline adds only (no callback, conditional, store or memory
+            // action): a plain loop with tallies.
+            Some(plan) if plan.adds_only && plan.mem.is_empty() => {
                 let (start, len) = self.compile_tally(plan, insns);
                 let mode = match self.uniform_tally(start, len, insns) {
                     Some(per_insn) => {
@@ -611,7 +634,7 @@ impl<Op: Copy> Generation<Op> {
             }
             Some(plan) => {
                 let (start, len) = self.compile(plan, insns);
-                let mode = if plan.insns.iter().any(|i| !i.mem.is_empty()) {
+                let mode = if !plan.mem.is_empty() {
                     if self.mem_each(start, len, ops_start) {
                         ExecMode::MemEach
                     } else {
@@ -729,7 +752,7 @@ impl<Op: Copy> Generation<Op> {
     /// block, no more entries): re-planning then neither grows the arrays
     /// nor writes to memory gone cold. Otherwise the old plan stays behind as
     /// garbage, counted in `stale_entries`; nothing refers to it any more.
-    pub(crate) fn replan(&mut self, id: u32, plan: Option<&TbPlan>) {
+    pub(crate) fn replan(&mut self, id: u32, plan: Option<&PlanData>) {
         let Some(&old) = self.tbs.get(id as usize) else {
             return;
         };
@@ -879,12 +902,72 @@ impl<Op: Copy> Generation<Op> {
         self.stale_entries > limit || self.callbacks.len() + self.mem_callbacks.len() > limit
     }
 
-    fn callback_index(&mut self, cb: &InsnCallback) -> u32 {
-        self.callback_uses.slot_for(&mut self.callbacks, cb)
+    /// Resolves the plan's scoreboards to this generation's (its callbacks
+    /// are resolved where an action first names them, counting uses).
+    fn resolve_tables(&mut self, tables: &PlanTables) {
+        let mut slots = std::mem::take(&mut self.plan_slots);
+        slots.boards.clear();
+        for board in &tables.boards {
+            slots.boards.push(self.board_index(board));
+        }
+        slots.callbacks.clear();
+        slots.callbacks.resize(tables.callbacks.len(), NONE);
+        slots.mem_callbacks.clear();
+        slots.mem_callbacks.resize(tables.mem_callbacks.len(), NONE);
+        self.plan_slots = slots;
     }
 
-    fn mem_callback_index(&mut self, cb: &MemCallback) -> u32 {
-        self.mem_callback_uses.slot_for(&mut self.mem_callbacks, cb)
+    /// The generation's slot of the plan's callback `cb`, counting one use.
+    fn callback_slot(&mut self, tables: &PlanTables, cb: u32) -> u32 {
+        match self.plan_slots.callbacks.get(cb as usize) {
+            Some(&slot) if slot != NONE => {
+                self.callback_uses.add_use(slot);
+                slot
+            }
+            Some(_) => {
+                let Some(callback) = tables.callbacks.get(cb as usize) else {
+                    return NONE;
+                };
+                let slot = self.callback_uses.slot_for(&mut self.callbacks, callback);
+                if let Some(s) = self.plan_slots.callbacks.get_mut(cb as usize) {
+                    *s = slot;
+                }
+                slot
+            }
+            None => NONE,
+        }
+    }
+
+    /// [`Generation::callback_slot`] for memory callbacks.
+    fn mem_callback_slot(&mut self, tables: &PlanTables, cb: u32) -> u32 {
+        match self.plan_slots.mem_callbacks.get(cb as usize) {
+            Some(&slot) if slot != NONE => {
+                self.mem_callback_uses.add_use(slot);
+                slot
+            }
+            Some(_) => {
+                let Some(callback) = tables.mem_callbacks.get(cb as usize) else {
+                    return NONE;
+                };
+                let slot = self
+                    .mem_callback_uses
+                    .slot_for(&mut self.mem_callbacks, callback);
+                if let Some(s) = self.plan_slots.mem_callbacks.get_mut(cb as usize) {
+                    *s = slot;
+                }
+                slot
+            }
+            None => NONE,
+        }
+    }
+
+    /// The generation's index of the plan's scoreboard `board`.
+    fn board_slot(&self, board: u32) -> u32 {
+        self.plan_slots
+            .boards
+            .get(board as usize)
+            .copied()
+            .unwrap_or(NONE)
     }
 
     /// Forgets the callbacks the actions of `slot` name (a plan about to be
@@ -922,48 +1005,79 @@ impl<Op: Copy> Generation<Op> {
         i
     }
 
-    fn compile_action(&mut self, action: &Action) -> CompiledAction {
+    /// An action of a plan, with its table indices made the generation's.
+    fn compile_action(&mut self, tables: &PlanTables, action: CompiledAction) -> CompiledAction {
         match action {
-            Action::Callback(cb) => CompiledAction::Call {
-                cb: self.callback_index(cb),
+            CompiledAction::Call { cb } => CompiledAction::Call {
+                cb: self.callback_slot(tables, cb),
             },
-            Action::Inline(op) => CompiledAction::Inline {
-                board: self.board_index(&op.board),
-                slot: idx(op.slot),
-                kind: op.kind,
+            CompiledAction::Inline { board, slot, kind } => CompiledAction::Inline {
+                board: self.board_slot(board),
+                slot,
+                kind,
             },
-            Action::Conditional(cond, cb) => CompiledAction::Conditional {
-                cb: self.callback_index(cb),
-                board: self.board_index(&cond.board),
-                slot: idx(cond.slot),
-                compare: cond.compare,
-                value: cond.value,
+            CompiledAction::Conditional {
+                cb,
+                board,
+                slot,
+                compare,
+                value,
+            } => CompiledAction::Conditional {
+                cb: self.callback_slot(tables, cb),
+                board: self.board_slot(board),
+                slot,
+                compare,
+                value,
             },
         }
     }
 
-    /// Compiles a plan of inline adds only (see [`tally_only`]) into one
-    /// [`Tally`] per scoreboard entry it touches; returns their (start, len)
-    /// in `tallies`.
-    fn compile_tally(&mut self, plan: &TbPlan, insns: usize) -> (u32, u32) {
+    /// A memory action of a plan, with its table indices made the
+    /// generation's.
+    fn compile_mem_action(&mut self, tables: &PlanTables, action: CompiledMem) -> CompiledMem {
+        let kind = match action.kind {
+            CompiledMemKind::Call { cb } => CompiledMemKind::Call {
+                cb: self.mem_callback_slot(tables, cb),
+            },
+            CompiledMemKind::Inline { board, slot, kind } => CompiledMemKind::Inline {
+                board: self.board_slot(board),
+                slot,
+                kind,
+            },
+        };
+        CompiledMem {
+            filter: action.filter,
+            kind,
+        }
+    }
+
+    /// Compiles a plan of inline adds only into one [`Tally`] per
+    /// scoreboard entry it touches; returns their (start, len) in `tallies`.
+    fn compile_tally(&mut self, plan: &PlanData, insns: usize) -> (u32, u32) {
         let start = self.tallies.len();
-        // Plans hardly ever touch more than a couple of entries: a linear
-        // search over this block's tallies beats hashing.
-        let add = |this: &mut Self, action: &Action, from: usize| {
-            let Action::Inline(op) = action else {
-                return;
-            };
-            let InlineKind::Add(imm) = op.kind else {
-                return;
+        for &(at, action) in &plan.exec {
+            let CompiledAction::Inline {
+                board,
+                slot,
+                kind: InlineKind::Add(imm),
+            } = action
+            else {
+                continue;
             };
             // An entry past the row does nothing (as `Scoreboard` ignores
             // it); tallies only name entries inside it.
-            if op.slot >= op.board.slots() {
-                return;
+            let inside = plan
+                .tables
+                .boards
+                .get(board as usize)
+                .is_some_and(|b| (slot as usize) < b.slots());
+            let board = self.board_slot(board);
+            if !inside || board == NONE {
+                continue;
             }
-            let board = this.board_index(&op.board);
-            let slot = idx(op.slot);
-            let existing = this
+            // Plans hardly ever touch more than a couple of entries: a
+            // linear search over this block's tallies beats hashing.
+            let existing = self
                 .tallies
                 .get(start..)
                 .unwrap_or_default()
@@ -973,9 +1087,9 @@ impl<Op: Copy> Generation<Op> {
             let sums_start = match existing {
                 Some(s) => s,
                 None => {
-                    let s = this.tally_sums.len();
-                    this.tally_sums.resize(s + insns, 0);
-                    this.tallies.push(Tally {
+                    let s = self.tally_sums.len();
+                    self.tally_sums.resize(s + insns, 0);
+                    self.tallies.push(Tally {
                         board,
                         slot,
                         sums_start: idx(s),
@@ -985,17 +1099,10 @@ impl<Op: Copy> Generation<Op> {
                 }
             };
             // Not yet prefix sums: per-instruction adds, summed up below.
-            if let Some(cell) = this.tally_sums.get_mut(sums_start + from) {
+            // Entry adds (at 0) count as made before instruction 0.
+            let insn = (at as usize).saturating_sub(1);
+            if let Some(cell) = self.tally_sums.get_mut(sums_start + insn) {
                 *cell = cell.wrapping_add(imm);
-            }
-        };
-        // Entry adds count as made before instruction 0.
-        for action in &plan.entry {
-            add(self, action, 0);
-        }
-        for (i, insn) in plan.insns.iter().enumerate().take(insns) {
-            for action in &insn.exec {
-                add(self, action, i);
             }
         }
         for t in self.tallies.get(start..).unwrap_or_default() {
@@ -1039,71 +1146,55 @@ impl<Op: Copy> Generation<Op> {
     }
 
     /// Compiles a plan into hooks: the block-entry hook, then one per
-    /// instruction; returns their (start, len) in `hooks`.
-    fn compile(&mut self, plan: &TbPlan, insns: usize) -> (u32, u32) {
+    /// instruction; returns their (start, len) in `hooks`. The plan's
+    /// actions are in instruction order (see `TbPlan::finish`).
+    fn compile(&mut self, plan: &PlanData, insns: usize) -> (u32, u32) {
         let start = self.hooks.len();
         self.hooks.reserve(insns + 1);
-        let entry = self.compile_actions(&plan.entry);
-        self.hooks.push(entry);
-        for insn in plan.insns.iter().take(insns) {
-            let mut hook = self.compile_actions(&insn.exec);
-            hook.mem_start = idx(self.mem_actions.len());
-            for (filter, action) in insn.mem.iter().take(MAX_HOOK_ACTIONS) {
-                let kind = match action {
-                    MemAction::Callback(cb) => {
-                        hook.mem_calls = true;
-                        CompiledMemKind::Call {
-                            cb: self.mem_callback_index(cb),
-                        }
-                    }
-                    MemAction::Inline(op) => CompiledMemKind::Inline {
-                        board: self.board_index(&op.board),
-                        slot: idx(op.slot),
-                        kind: op.kind,
-                    },
-                };
-                self.mem_actions.push(CompiledMem {
-                    filter: *filter,
-                    kind,
-                });
+        let (mut exec, mut mem) = (plan.exec.as_slice(), plan.mem.as_slice());
+        for at in 0..=idx(insns) {
+            let mut hook = InsnHook {
+                actions_start: idx(self.actions.len()),
+                actions_len: 0,
+                // The entry hook has no memory actions.
+                mem_start: if at == 0 {
+                    0
+                } else {
+                    idx(self.mem_actions.len())
+                },
+                mem_len: 0,
+                mem_calls: false,
+                sole_call: NONE,
+            };
+            let here = exec.iter().take_while(|&&(a, _)| a == at).count();
+            let (mine, rest) = exec.split_at(here);
+            exec = rest;
+            for &(_, action) in mine.iter().take(MAX_HOOK_ACTIONS) {
+                let compiled = self.compile_action(&plan.tables, action);
+                self.actions.push(compiled);
             }
-            hook.mem_len = len16(insn.mem.len());
+            hook.actions_len = len16(mine.len());
+            // Mostly one callback (one instruction-counting plugin): the
+            // loop then calls it without walking the list.
+            if let [(_, CompiledAction::Call { .. })] = mine {
+                if let Some(&CompiledAction::Call { cb }) = self.actions.last() {
+                    hook.sole_call = cb;
+                }
+            }
+            if at > 0 {
+                let here = mem.iter().take_while(|&&(i, _)| i + 1 == at).count();
+                let (mine, rest) = mem.split_at(here);
+                mem = rest;
+                for &(_, action) in mine.iter().take(MAX_HOOK_ACTIONS) {
+                    let compiled = self.compile_mem_action(&plan.tables, action);
+                    hook.mem_calls |= matches!(compiled.kind, CompiledMemKind::Call { .. });
+                    self.mem_actions.push(compiled);
+                }
+                hook.mem_len = len16(mine.len());
+            }
             self.hooks.push(hook);
         }
         (idx(start), idx(self.hooks.len() - start))
-    }
-
-    /// Compiles `actions` into `self.actions`; the hook names their range.
-    fn compile_actions(&mut self, actions: &[Action]) -> InsnHook {
-        let mut hook = InsnHook {
-            actions_start: idx(self.actions.len()),
-            actions_len: 0,
-            mem_start: 0,
-            mem_len: 0,
-            mem_calls: false,
-            sole_call: NONE,
-        };
-        // Mostly none or one (re-planning after a reset compiles every
-        // block run again: this is on its path).
-        match actions {
-            [] => {}
-            [one] => {
-                let compiled = self.compile_action(one);
-                if let CompiledAction::Call { cb } = compiled {
-                    hook.sole_call = cb;
-                }
-                self.actions.push(compiled);
-                hook.actions_len = 1;
-            }
-            many => {
-                for action in many.iter().take(MAX_HOOK_ACTIONS) {
-                    let compiled = self.compile_action(action);
-                    self.actions.push(compiled);
-                }
-                hook.actions_len = len16(many.len());
-            }
-        }
-        hook
     }
 
     /// Makes block `id` unreachable (its storage stays until the generation
@@ -1173,26 +1264,6 @@ impl<Op: Copy> Generation<Op> {
         }
         self.dead_tbs - before
     }
-}
-
-/// True if `plan` holds only inline adds before instructions or on block
-/// entry: no callback, no conditional, no store, no memory action. Such a
-/// block can run as [`ExecMode::Tally`].
-fn tally_only(plan: &TbPlan) -> bool {
-    let add_only = |a: &Action| {
-        matches!(
-            a,
-            Action::Inline(InlineOp {
-                kind: InlineKind::Add(_),
-                ..
-            })
-        )
-    };
-    plan.entry.iter().all(add_only)
-        && plan
-            .insns
-            .iter()
-            .all(|i| i.mem.is_empty() && i.exec.iter().all(add_only))
 }
 
 // The loop reads one header per block: it must stay one cache line.

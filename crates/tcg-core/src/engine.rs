@@ -978,7 +978,7 @@ impl<F: Frontend> Engine<F> {
         }
         let size = u32::try_from(at.wrapping_sub(pc)).unwrap_or(u32::MAX);
         let planned = self.plan_block(pc, flags, size);
-        let plan = planned.then_some(&self.scratch_plan);
+        let plan = planned.then_some(&*self.scratch_plan.data());
         let id = self
             .current
             .insert(pc, flags, size, &self.scratch_ops, &self.scratch_raws, plan);
@@ -1011,20 +1011,13 @@ impl<F: Frontend> Engine<F> {
             register_names: frontend.register_names(),
         };
         instr.translate(&view, &mut self.scratch_plan);
-        // The instrumentation may not resize the instruction list.
-        self.scratch_plan.insns.truncate(self.scratch_insns.len());
-        self.scratch_plan
-            .insns
-            .resize_with(self.scratch_insns.len(), Default::default);
         // Memory actions on an instruction that never accesses memory
         // could never run: dropping them lets such instructions (most
         // of them, for a plugin that watches every instruction's
         // accesses) run without a hook.
-        for (insn, op) in self.scratch_plan.insns.iter_mut().zip(&self.scratch_ops) {
-            if !op.accesses_memory {
-                insn.mem.clear();
-            }
-        }
+        let ops = &self.scratch_ops;
+        self.scratch_plan
+            .finish(|i| ops.get(i).is_some_and(|op| op.accesses_memory));
         !self.scratch_plan.is_empty()
     }
 
@@ -1056,7 +1049,7 @@ impl<F: Frontend> Engine<F> {
             }));
         let planned = self.plan_block(tb.pc, tb.flags, tb.size);
         self.current
-            .replan(id, planned.then_some(&self.scratch_plan));
+            .replan(id, planned.then_some(&*self.scratch_plan.data()));
         self.scratch_plan.clear();
         self.stats.tbs_replanned += 1;
     }

@@ -19,12 +19,14 @@
 //! Callbacks are plain `Fn`s: a layer above that must survive a panicking
 //! callback wraps it in `std::panic::catch_unwind` itself.
 
+use std::cell::RefCell;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use smallvec::SmallVec;
 
+use crate::cache::{CompiledAction, CompiledMem, CompiledMemKind};
 use crate::memory::{GuestMemory, MemFault};
 
 /// A callback run on block entry or before an instruction executes.
@@ -258,10 +260,10 @@ pub enum InlineKind {
 }
 
 /// An inline operation on one entry of the executing vCPU's scoreboard row.
-#[derive(Clone, Debug)]
-pub struct InlineOp {
+#[derive(Clone, Copy, Debug)]
+pub struct InlineOp<'a> {
     /// The scoreboard.
-    pub board: Arc<Scoreboard>,
+    pub board: &'a Arc<Scoreboard>,
     /// Entry index within the vCPU's row.
     pub slot: usize,
     /// The operation.
@@ -307,10 +309,10 @@ impl Compare {
 }
 
 /// The condition of a conditional callback.
-#[derive(Clone, Debug)]
-pub struct Condition {
+#[derive(Clone, Copy, Debug)]
+pub struct Condition<'a> {
     /// The scoreboard holding the entry.
-    pub board: Arc<Scoreboard>,
+    pub board: &'a Arc<Scoreboard>,
     /// Entry index within the executing vCPU's row.
     pub slot: usize,
     /// How to compare.
@@ -319,18 +321,21 @@ pub struct Condition {
     pub value: u64,
 }
 
-/// Something run on block entry or before an instruction.
-#[derive(Clone)]
-pub enum Action {
+/// Something run on block entry or before an instruction. It borrows its
+/// callback and scoreboard: the plan keeps one reference of its own to each
+/// distinct one, so attaching the same callback or scoreboard to every
+/// instruction of a block touches no reference count.
+#[derive(Clone, Copy)]
+pub enum Action<'a> {
     /// Call a callback.
-    Callback(InsnCallback),
+    Callback(&'a InsnCallback),
     /// Update a scoreboard entry without a call.
-    Inline(InlineOp),
+    Inline(InlineOp<'a>),
     /// Call a callback only if the condition holds.
-    Conditional(Condition, InsnCallback),
+    Conditional(Condition<'a>, &'a InsnCallback),
 }
 
-impl fmt::Debug for Action {
+impl fmt::Debug for Action<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Action::Callback(_) => f.write_str("Callback"),
@@ -362,16 +367,17 @@ impl MemFilter {
     }
 }
 
-/// Something run after each matching memory access of an instruction.
-#[derive(Clone)]
-pub enum MemAction {
+/// Something run after each matching memory access of an instruction; it
+/// borrows its callback or scoreboard as [`Action`] does.
+#[derive(Clone, Copy)]
+pub enum MemAction<'a> {
     /// Call a memory callback.
-    Callback(MemCallback),
+    Callback(&'a MemCallback),
     /// Update a scoreboard entry without a call.
-    Inline(InlineOp),
+    Inline(InlineOp<'a>),
 }
 
-impl fmt::Debug for MemAction {
+impl fmt::Debug for MemAction<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             MemAction::Callback(_) => f.write_str("Callback"),
@@ -380,74 +386,274 @@ impl fmt::Debug for MemAction {
     }
 }
 
-/// What the instrumentation attaches to one instruction (at most 65535
-/// execute actions and 65535 memory actions; further ones are ignored).
-#[derive(Clone, Debug, Default)]
-pub struct InsnPlan {
-    pub(crate) exec: SmallVec<[Action; 2]>,
-    pub(crate) mem: SmallVec<[(MemFilter, MemAction); 1]>,
-}
-
-impl InsnPlan {
-    /// Runs `action` before the instruction executes, in attachment order.
-    pub fn on_execute(&mut self, action: Action) {
-        self.exec.push(action);
-    }
-    /// Runs `action` after each of the instruction's memory accesses that
-    /// `filter` selects (a faulting access runs none).
-    pub fn on_memory(&mut self, filter: MemFilter, action: MemAction) {
-        self.mem.push((filter, action));
-    }
-    /// True if nothing is attached.
-    pub fn is_empty(&self) -> bool {
-        self.exec.is_empty() && self.mem.is_empty()
-    }
-}
-
 /// What the instrumentation attaches to one block; filled by
-/// [`Instrumentation::translate`].
-#[derive(Clone, Debug, Default)]
+/// [`Instrumentation::translate`], on block entry ([`TbPlan::on_entry`]) and
+/// per instruction ([`TbPlan::insn`], [`TbPlan::insns`]). Actions run in
+/// the order they were attached; an instruction keeps at most 65535
+/// execution actions and 65535 memory actions (further ones are ignored).
+///
+/// Attaching takes `&self`, so any number of instruction handles can be
+/// alive at once (as a plugin API hands them out while it walks a block).
+/// Actions are stored as `Copy` records naming the plan's own table of the
+/// distinct callbacks and scoreboards they use: re-planning every block
+/// after a reset then costs no reference-count traffic per action, and
+/// emptying the plan drops a handful of handles.
+#[derive(Debug, Default)]
 pub struct TbPlan {
-    pub(crate) entry: SmallVec<[Action; 2]>,
-    pub(crate) insns: Vec<InsnPlan>,
+    insns: u32,
+    data: RefCell<PlanData>,
+}
+
+/// The attached actions of a [`TbPlan`].
+#[derive(Debug)]
+pub(crate) struct PlanData {
+    /// Execution actions with where they run: 0 on block entry, `i + 1`
+    /// before instruction `i`.
+    pub(crate) exec: Vec<(u32, CompiledAction)>,
+    /// Memory actions with the index of their instruction.
+    pub(crate) mem: Vec<(u32, CompiledMem)>,
+    pub(crate) tables: PlanTables,
+    /// Every execution action is an inline add (the plan may run as a
+    /// tally, see `cache::ExecMode::Tally`).
+    pub(crate) adds_only: bool,
+    /// `exec` and `mem` are in the order of their instructions (the usual
+    /// case: one plugin attaching as it walks the block).
+    in_order: bool,
+}
+
+impl Default for PlanData {
+    fn default() -> Self {
+        PlanData {
+            exec: Vec::new(),
+            mem: Vec::new(),
+            tables: PlanTables::default(),
+            adds_only: true,
+            in_order: true,
+        }
+    }
+}
+
+/// The distinct callbacks and scoreboards a [`TbPlan`]'s actions name, by
+/// index: almost always none to two of each.
+#[derive(Default)]
+pub(crate) struct PlanTables {
+    pub(crate) callbacks: SmallVec<[InsnCallback; 2]>,
+    pub(crate) mem_callbacks: SmallVec<[MemCallback; 2]>,
+    pub(crate) boards: SmallVec<[Arc<Scoreboard>; 2]>,
+}
+
+impl fmt::Debug for PlanTables {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PlanTables")
+            .field("callbacks", &self.callbacks.len())
+            .field("mem_callbacks", &self.mem_callbacks.len())
+            .field("boards", &self.boards)
+            .finish()
+    }
+}
+
+/// How many of the latest table entries are searched for the one being
+/// attached before a new entry is made: plugins attach the same few
+/// callbacks and scoreboards over and over, or a new closure each time.
+const RECENT: usize = 4;
+
+/// The index of `item` in `table`: the last entry's (by far the most
+/// common), one of the few before it, or a new entry holding a clone.
+#[inline(always)]
+fn intern<T: ?Sized, const N: usize>(table: &mut SmallVec<[Arc<T>; N]>, item: &Arc<T>) -> u32 {
+    match table.last() {
+        Some(last) if Arc::ptr_eq(last, item) => index_u32(table.len() - 1),
+        _ => intern_slow(table, item),
+    }
+}
+
+#[inline(never)]
+fn intern_slow<T: ?Sized, const N: usize>(table: &mut SmallVec<[Arc<T>; N]>, item: &Arc<T>) -> u32 {
+    let recent = table.len().saturating_sub(RECENT);
+    let tail = table.get(recent..).unwrap_or_default();
+    if let Some(pos) = tail.iter().rposition(|t| Arc::ptr_eq(t, item)) {
+        return index_u32(recent + pos);
+    }
+    table.push(Arc::clone(item));
+    index_u32(table.len() - 1)
+}
+
+#[inline]
+fn index_u32(i: usize) -> u32 {
+    u32::try_from(i).unwrap_or(u32::MAX)
+}
+
+// Inlined into each attaching call: the action's variant is then known and
+// the match folds away (re-planning after a reset attaches to every block
+// run again).
+impl PlanTables {
+    #[inline(always)]
+    fn action(&mut self, action: Action<'_>) -> CompiledAction {
+        match action {
+            Action::Callback(cb) => CompiledAction::Call {
+                cb: intern(&mut self.callbacks, cb),
+            },
+            Action::Inline(op) => CompiledAction::Inline {
+                board: intern(&mut self.boards, op.board),
+                slot: index_u32(op.slot),
+                kind: op.kind,
+            },
+            Action::Conditional(cond, cb) => CompiledAction::Conditional {
+                cb: intern(&mut self.callbacks, cb),
+                board: intern(&mut self.boards, cond.board),
+                slot: index_u32(cond.slot),
+                compare: cond.compare,
+                value: cond.value,
+            },
+        }
+    }
+
+    #[inline(always)]
+    fn mem_action(&mut self, filter: MemFilter, action: MemAction<'_>) -> CompiledMem {
+        let kind = match action {
+            MemAction::Callback(cb) => CompiledMemKind::Call {
+                cb: intern(&mut self.mem_callbacks, cb),
+            },
+            MemAction::Inline(op) => CompiledMemKind::Inline {
+                board: intern(&mut self.boards, op.board),
+                slot: index_u32(op.slot),
+                kind: op.kind,
+            },
+        };
+        CompiledMem { filter, kind }
+    }
+}
+
+impl PlanData {
+    #[inline(always)]
+    fn push_exec(&mut self, at: u32, action: Action<'_>) {
+        self.adds_only &= matches!(
+            action,
+            Action::Inline(InlineOp {
+                kind: InlineKind::Add(_),
+                ..
+            })
+        );
+        self.in_order &= self.exec.last().is_none_or(|&(last, _)| last <= at);
+        let compiled = self.tables.action(action);
+        self.exec.push((at, compiled));
+    }
+
+    #[inline(always)]
+    fn push_mem(&mut self, insn: u32, filter: MemFilter, action: MemAction<'_>) {
+        self.in_order &= self.mem.last().is_none_or(|&(last, _)| last <= insn);
+        let compiled = self.tables.mem_action(filter, action);
+        self.mem.push((insn, compiled));
+    }
+
+    fn clear(&mut self) {
+        self.exec.clear();
+        self.mem.clear();
+        self.tables.callbacks.clear();
+        self.tables.mem_callbacks.clear();
+        self.tables.boards.clear();
+        self.adds_only = true;
+        self.in_order = true;
+    }
 }
 
 impl TbPlan {
-    /// Runs `action` each time the block is entered.
-    pub fn on_entry(&mut self, action: Action) {
-        self.entry.push(action);
-    }
-    /// The plan of instruction `index` (`None` if out of range).
-    pub fn insn(&mut self, index: usize) -> Option<&mut InsnPlan> {
-        self.insns.get_mut(index)
-    }
-    /// Plans of all instructions, in order.
-    pub fn insns_mut(&mut self) -> &mut [InsnPlan] {
-        &mut self.insns
-    }
-    /// True if nothing is attached anywhere.
-    pub fn is_empty(&self) -> bool {
-        self.entry.is_empty() && self.insns.iter().all(InsnPlan::is_empty)
-    }
-    /// Empties the plan for a block of `insns` instructions. The
-    /// instruction plans already there are emptied in place rather than
-    /// dropped and made again: planning blocks one after another (after a
-    /// reset, every block entered) reuses them.
-    pub(crate) fn reset(&mut self, insns: usize) {
-        self.entry.clear();
-        self.insns.truncate(insns);
-        for insn in &mut self.insns {
-            insn.exec.clear();
-            insn.mem.clear();
-        }
-        self.insns.resize_with(insns, InsnPlan::default);
+    /// Number of instructions of the block.
+    #[inline]
+    pub fn insn_count(&self) -> usize {
+        self.insns as usize
     }
 
-    /// Drops every attached action (and the callbacks and scoreboards they
-    /// hold) but keeps the instruction plans for the next block.
+    /// Runs `action` each time the block is entered.
+    #[inline(always)]
+    pub fn on_entry(&self, action: Action<'_>) {
+        if let Ok(mut data) = self.data.try_borrow_mut() {
+            data.push_exec(0, action);
+        }
+    }
+
+    /// Instruction `index`, to attach actions to (`None` if out of range).
+    #[inline]
+    pub fn insn(&self, index: usize) -> Option<InsnPlan<'_>> {
+        let index = u32::try_from(index).ok().filter(|&i| i < self.insns)?;
+        Some(InsnPlan { plan: self, index })
+    }
+
+    /// Every instruction in order, to attach actions to.
+    pub fn insns(&self) -> impl ExactSizeIterator<Item = InsnPlan<'_>> {
+        (0..self.insns).map(move |index| InsnPlan { plan: self, index })
+    }
+
+    /// True if nothing is attached anywhere.
+    pub fn is_empty(&self) -> bool {
+        self.data
+            .try_borrow()
+            .is_ok_and(|d| d.exec.is_empty() && d.mem.is_empty())
+    }
+
+    /// The attached actions, for compiling.
+    pub(crate) fn data(&mut self) -> &mut PlanData {
+        self.data.get_mut()
+    }
+
+    /// Empties the plan for a block of `insns` instructions.
+    pub(crate) fn reset(&mut self, insns: usize) {
+        self.clear();
+        self.insns = index_u32(insns);
+    }
+
+    /// Drops every attached action and the plan's handles on callbacks and
+    /// scoreboards (an uninstalled plugin's closures must not outlive its
+    /// plans), keeping the storage for the next block.
     pub(crate) fn clear(&mut self) {
-        let insns = self.insns.len();
-        self.reset(insns);
+        self.data.get_mut().clear();
+    }
+
+    /// Drops the memory actions of instructions for which `keep` is false,
+    /// and puts the actions in instruction order (keeping the attachment
+    /// order among those of one instruction) unless they already are.
+    pub(crate) fn finish(&mut self, mut keep: impl FnMut(usize) -> bool) {
+        let data = self.data.get_mut();
+        if !data.mem.is_empty() {
+            data.mem.retain(|&(insn, _)| keep(insn as usize));
+        }
+        if !data.in_order {
+            data.exec.sort_by_key(|&(at, _)| at);
+            data.mem.sort_by_key(|&(insn, _)| insn);
+            data.in_order = true;
+        }
+    }
+}
+
+/// One instruction of a [`TbPlan`], to attach actions to.
+#[derive(Clone, Copy, Debug)]
+pub struct InsnPlan<'p> {
+    plan: &'p TbPlan,
+    index: u32,
+}
+
+impl InsnPlan<'_> {
+    /// Position of the instruction in its block.
+    #[inline]
+    pub fn index(&self) -> usize {
+        self.index as usize
+    }
+    /// Runs `action` before the instruction executes, in attachment order.
+    #[inline(always)]
+    pub fn on_execute(&self, action: Action<'_>) {
+        // Nothing else borrows the actions: attaching never calls out of
+        // this module.
+        if let Ok(mut data) = self.plan.data.try_borrow_mut() {
+            data.push_exec(self.index + 1, action);
+        }
+    }
+    /// Runs `action` after each of the instruction's memory accesses that
+    /// `filter` selects (a faulting access runs none).
+    #[inline(always)]
+    pub fn on_memory(&self, filter: MemFilter, action: MemAction<'_>) {
+        if let Ok(mut data) = self.plan.data.try_borrow_mut() {
+            data.push_mem(self.index, filter, action);
+        }
     }
 }
 

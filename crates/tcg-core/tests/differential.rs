@@ -96,8 +96,8 @@ impl Instrumentation for Resetter {
                 ctx.request_flush();
             }
         });
-        for insn in plan.insns_mut() {
-            insn.on_execute(Action::Callback(cb.clone()));
+        for insn in plan.insns() {
+            insn.on_execute(Action::Callback(&cb));
         }
     }
 }

@@ -58,9 +58,9 @@ fn callbacks_and_inline_counters_match_the_engine_count() {
     let (cb, b) = (counter_cb(&calls), board.clone());
     let instr = install(&mut engine, move |tb, plan| {
         plan.on_entry(inline_add(&b, 1, 1));
-        assert_eq!(plan.insns_mut().len(), tb.insn_count());
-        for insn in plan.insns_mut() {
-            insn.on_execute(Action::Callback(cb.clone()));
+        assert_eq!(plan.insn_count(), tb.insn_count());
+        for insn in plan.insns() {
+            insn.on_execute(Action::Callback(&cb));
             insn.on_execute(inline_add(&b, 0, 1));
         }
     });
@@ -84,6 +84,53 @@ fn callbacks_and_inline_counters_match_the_engine_count() {
         "no callback after uninstall"
     );
     assert_eq!(engine.stats().tbs_translated, 6);
+}
+
+/// Actions attached out of instruction order (as two plugins each walking
+/// the block do) still run in attachment order per instruction, with the
+/// entry's first, and their memory actions stay with their instruction.
+#[test]
+fn actions_run_in_attachment_order_whatever_order_instructions_were_visited() {
+    let code = [addi(1, 0, 1), ld(2, 4, 0), addi(3, 0, 3), syscall()];
+    let mut mem = machine(&code);
+    let mut engine = Engine::new(Toy);
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let tagged = |tag: &'static str| -> InsnCallback {
+        let log = log.clone();
+        Arc::new(move |ctx: &mut CallbackContext<'_>| {
+            log.lock().unwrap().push((ctx.pc(), tag));
+        })
+    };
+    let on_load: MemCallback = {
+        let log = log.clone();
+        Arc::new(move |ctx: &mut CallbackContext<'_>, _: &MemAccessInfo| {
+            log.lock().unwrap().push((ctx.pc(), "mem"));
+        })
+    };
+    let (first, entry, second) = (tagged("first"), tagged("entry"), tagged("second"));
+    install(&mut engine, move |_tb, plan| {
+        let insns: Vec<_> = plan.insns().collect();
+        for insn in insns.iter().rev() {
+            insn.on_execute(Action::Callback(&first));
+            insn.on_memory(MemFilter::All, MemAction::Callback(&on_load));
+        }
+        plan.on_entry(Action::Callback(&entry));
+        for insn in &insns {
+            insn.on_execute(Action::Callback(&second));
+        }
+    });
+    let mut cpu = cpu_at(CODE);
+    cpu.x[4] = DATA;
+    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
+    let pc = |i: u64| CODE + 4 * i;
+    let mut expected = vec![(CODE, "entry")];
+    for i in 0..4 {
+        expected.extend([(pc(i), "first"), (pc(i), "second")]);
+        if i == 1 {
+            expected.push((pc(i), "mem"));
+        }
+    }
+    assert_eq!(*log.lock().unwrap(), expected);
 }
 
 #[test]
@@ -158,13 +205,13 @@ fn memory_callbacks_see_address_size_sign_and_value() {
                 r.fetch_add(1, Relaxed);
             },
         );
-        for insn in plan.insns_mut() {
-            insn.on_memory(MemFilter::All, MemAction::Callback(log.clone()));
-            insn.on_memory(MemFilter::Reads, MemAction::Callback(count_reads.clone()));
+        for insn in plan.insns() {
+            insn.on_memory(MemFilter::All, MemAction::Callback(&log));
+            insn.on_memory(MemFilter::Reads, MemAction::Callback(&count_reads));
             insn.on_memory(
                 MemFilter::Writes,
                 MemAction::Inline(InlineOp {
-                    board: b.clone(),
+                    board: &b,
                     slot: 0,
                     kind: InlineKind::Add(1),
                 }),
@@ -236,13 +283,13 @@ fn tracing_callback(trace: &MemTrace) -> MemCallback {
 /// Runs `memory_program` with `attach` planning every instruction; returns
 /// the exit, the cpu, the engine and the memory.
 fn run_memory_program(
-    attach: impl Fn(&mut InsnPlan) + Send + Sync + 'static,
+    attach: impl Fn(&InsnPlan) + Send + Sync + 'static,
 ) -> (CpuExit, Cpu, Engine<Toy>, GuestMemory) {
     let mut mem = machine(&memory_program());
     let mut engine = Engine::new(Toy);
     install(&mut engine, move |_tb, plan| {
-        for insn in plan.insns_mut() {
-            attach(insn);
+        for insn in plan.insns() {
+            attach(&insn);
         }
     });
     let mut cpu = cpu_at(CODE);
@@ -258,7 +305,7 @@ fn one_memory_action_on_every_instruction_sees_what_separate_ones_see() {
     let shared: MemTrace = Arc::default();
     let one = tracing_callback(&shared);
     let (exit, cpu, _, _) = run_memory_program(move |insn| {
-        insn.on_memory(MemFilter::All, MemAction::Callback(one.clone()));
+        insn.on_memory(MemFilter::All, MemAction::Callback(&one));
     });
     assert_eq!(
         (exit, cpu.x[3], cpu.x[5]),
@@ -267,7 +314,7 @@ fn one_memory_action_on_every_instruction_sees_what_separate_ones_see() {
     let separate: MemTrace = Arc::default();
     let s = separate.clone();
     run_memory_program(move |insn| {
-        insn.on_memory(MemFilter::All, MemAction::Callback(tracing_callback(&s)));
+        insn.on_memory(MemFilter::All, MemAction::Callback(&tracing_callback(&s)));
     });
     let shared = shared.lock().unwrap().clone();
     assert_eq!(shared, *separate.lock().unwrap());
@@ -300,14 +347,14 @@ fn one_memory_action_on_every_instruction_sees_what_separate_ones_see() {
         },
     );
     run_memory_program(move |insn| {
-        insn.on_memory(MemFilter::Reads, MemAction::Callback(count_reads.clone()));
+        insn.on_memory(MemFilter::Reads, MemAction::Callback(&count_reads));
     });
     assert_eq!(reads.load(Relaxed), 3);
     let board = Arc::new(Scoreboard::new(1, 1));
     let b = board.clone();
     run_memory_program(move |insn| {
         let add = InlineOp {
-            board: b.clone(),
+            board: &b,
             slot: 0,
             kind: InlineKind::Add(1),
         };
@@ -328,10 +375,7 @@ fn exit_requested_from_a_memory_callback_on_every_instruction_stops_after_it() {
             }
         });
     let (exit, mut cpu, mut engine, mut mem) = run_memory_program(move |insn| {
-        insn.on_memory(
-            MemFilter::All,
-            MemAction::Callback(exit_on_first_load.clone()),
-        );
+        insn.on_memory(MemFilter::All, MemAction::Callback(&exit_on_first_load));
     });
     assert_eq!(exit, CpuExit::ExitRequested);
     assert_eq!(cpu.pc, CODE + 12, "the load whose callback asked completed");
@@ -359,8 +403,8 @@ fn memory_actions_on_instructions_without_accesses_are_dropped_at_translation() 
     );
     let cb = on_access.clone();
     install(&mut engine, move |_tb, plan| {
-        for insn in plan.insns_mut() {
-            insn.on_memory(MemFilter::All, MemAction::Callback(cb.clone()));
+        for insn in plan.insns() {
+            insn.on_memory(MemFilter::All, MemAction::Callback(&cb));
         }
     });
     let mut cpu = cpu_at(CODE);
@@ -393,8 +437,8 @@ fn a_faulting_access_runs_no_memory_callback() {
         let cb: MemCallback = Arc::new(move |_: &mut CallbackContext<'_>, _: &MemAccessInfo| {
             c.fetch_add(1, Relaxed);
         });
-        for insn in plan.insns_mut() {
-            insn.on_memory(MemFilter::All, MemAction::Callback(cb.clone()));
+        for insn in plan.insns() {
+            insn.on_memory(MemFilter::All, MemAction::Callback(&cb));
         }
     });
     let mut cpu = cpu_at(CODE);
@@ -411,16 +455,16 @@ fn conditional_callbacks_run_only_when_the_condition_holds() {
     let never = Arc::new(AtomicU64::new(0));
     let (b, f, n) = (board.clone(), counter_cb(&fired), counter_cb(&never));
     install(&mut engine, move |_tb, plan| {
-        for insn in plan.insns_mut() {
+        for insn in plan.insns() {
             insn.on_execute(inline_add(&b, 0, 1));
             let cond = |compare, value| Condition {
-                board: b.clone(),
+                board: &b,
                 slot: 0,
                 compare,
                 value,
             };
-            insn.on_execute(Action::Conditional(cond(Compare::Gt, 100), f.clone()));
-            insn.on_execute(Action::Conditional(cond(Compare::Never, 0), n.clone()));
+            insn.on_execute(Action::Conditional(cond(Compare::Gt, 100), &f));
+            insn.on_execute(Action::Conditional(cond(Compare::Never, 0), &n));
         }
     });
     let mut cpu = cpu_at(CODE);
@@ -458,7 +502,7 @@ fn instruction_callbacks_read_registers_and_memory() {
             ));
         });
         if let Some(insn) = plan.insn(2) {
-            insn.on_execute(Action::Callback(cb));
+            insn.on_execute(Action::Callback(&cb));
         }
         assert!(plan.insn(99).is_none());
     });
@@ -493,7 +537,7 @@ fn exit_requested_from_a_callback_stops_after_the_instruction() {
             }
         });
         if let Some(insn) = plan.insn(1) {
-            insn.on_execute(Action::Callback(cb));
+            insn.on_execute(Action::Callback(&cb));
         }
     });
     let mut cpu = cpu_at(CODE);
@@ -527,9 +571,9 @@ fn trace_every_instruction(shared: bool) -> (Vec<(u64, u64)>, u64) {
     };
     let one = make();
     install(&mut engine, move |_tb, plan| {
-        for insn in plan.insns_mut() {
+        for insn in plan.insns() {
             let cb = if shared { one.clone() } else { make() };
-            insn.on_execute(Action::Callback(cb));
+            insn.on_execute(Action::Callback(&cb));
         }
     });
     let mut cpu = cpu_at(CODE);
@@ -565,8 +609,8 @@ fn exit_requested_from_a_callback_on_every_instruction_stops_after_it() {
         }
     });
     install(&mut engine, move |_tb, plan| {
-        for insn in plan.insns_mut() {
-            insn.on_execute(Action::Callback(cb.clone()));
+        for insn in plan.insns() {
+            insn.on_execute(Action::Callback(&cb));
         }
     });
     let mut cpu = cpu_at(CODE);
@@ -678,56 +722,56 @@ impl Instrumentation for StormInstr {
         // Each translation records the flush count it belongs to; a callback
         // running after a later flush would be a use of a retired list.
         let generation = self.0.flushes.load(Relaxed);
-        for (insn, info) in plan.insns_mut().iter_mut().zip(tb.insns()) {
+        for (index, info) in tb.insns().iter().enumerate() {
+            let Some(insn) = plan.insn(index) else {
+                continue;
+            };
             let st = self.0.clone();
             let load = is_load(info.raw);
-            insn.on_execute(Action::Callback(Arc::new(
-                move |ctx: &mut CallbackContext<'_>| {
+            let on_insn: InsnCallback = Arc::new(move |ctx: &mut CallbackContext<'_>| {
+                if st.flushes.load(Relaxed) != generation {
+                    st.stale_calls.fetch_add(1, Relaxed);
+                }
+                st.insn_calls.fetch_add(1, Relaxed);
+                if load {
+                    let k = st.load_calls.load(Relaxed) + 1;
+                    if k % st.every == 0 {
+                        match st.from {
+                            ResetFrom::InsnCallback => st.request(ctx),
+                            ResetFrom::Handle => st.request_through_handle(),
+                            ResetFrom::MemCallback => {}
+                        }
+                        if st.from != ResetFrom::MemCallback {
+                            st.resets.fetch_add(1, Relaxed);
+                        }
+                    }
+                }
+            });
+            insn.on_execute(Action::Callback(&on_insn));
+            let st = self.0.clone();
+            let on_access: MemCallback = Arc::new(
+                move |ctx: &mut CallbackContext<'_>, access: &MemAccessInfo| {
                     if st.flushes.load(Relaxed) != generation {
                         st.stale_calls.fetch_add(1, Relaxed);
                     }
-                    st.insn_calls.fetch_add(1, Relaxed);
-                    if load {
-                        let k = st.load_calls.load(Relaxed) + 1;
-                        if k % st.every == 0 {
-                            match st.from {
-                                ResetFrom::InsnCallback => st.request(ctx),
-                                ResetFrom::Handle => st.request_through_handle(),
-                                ResetFrom::MemCallback => {}
-                            }
-                            if st.from != ResetFrom::MemCallback {
-                                st.resets.fetch_add(1, Relaxed);
-                            }
+                    if access.is_store {
+                        st.store_calls.fetch_add(1, Relaxed);
+                        if access.addr == DATA {
+                            st.last_stored.store(access.value, Relaxed);
+                        }
+                    } else {
+                        let k = st.load_calls.fetch_add(1, Relaxed) + 1;
+                        if access.addr == DATA && access.value != st.last_stored.load(Relaxed) {
+                            st.bad_values.fetch_add(1, Relaxed);
+                        }
+                        if st.from == ResetFrom::MemCallback && k % st.every == 0 {
+                            st.request(ctx);
+                            st.resets.fetch_add(1, Relaxed);
                         }
                     }
                 },
-            )));
-            let st = self.0.clone();
-            insn.on_memory(
-                MemFilter::All,
-                MemAction::Callback(Arc::new(
-                    move |ctx: &mut CallbackContext<'_>, access: &MemAccessInfo| {
-                        if st.flushes.load(Relaxed) != generation {
-                            st.stale_calls.fetch_add(1, Relaxed);
-                        }
-                        if access.is_store {
-                            st.store_calls.fetch_add(1, Relaxed);
-                            if access.addr == DATA {
-                                st.last_stored.store(access.value, Relaxed);
-                            }
-                        } else {
-                            let k = st.load_calls.fetch_add(1, Relaxed) + 1;
-                            if access.addr == DATA && access.value != st.last_stored.load(Relaxed) {
-                                st.bad_values.fetch_add(1, Relaxed);
-                            }
-                            if st.from == ResetFrom::MemCallback && k % st.every == 0 {
-                                st.request(ctx);
-                                st.resets.fetch_add(1, Relaxed);
-                            }
-                        }
-                    },
-                )),
             );
+            insn.on_memory(MemFilter::All, MemAction::Callback(&on_access));
         }
     }
 
@@ -849,8 +893,8 @@ fn reset_inside_an_atomic_keeps_the_store_callbacks_of_that_instruction() {
                     ));
                 },
             );
-            for insn in plan.insns_mut() {
-                insn.on_memory(MemFilter::All, MemAction::Callback(cb.clone()));
+            for insn in plan.insns() {
+                insn.on_memory(MemFilter::All, MemAction::Callback(&cb));
             }
         },
         translations: AtomicU64::new(0),
@@ -883,8 +927,9 @@ fn a_flush_requested_by_an_exiting_instruction_happens_before_run_returns() {
     let mut engine = Engine::new(Toy);
     let instr = install(&mut engine, |_tb, plan| {
         let cb: InsnCallback = Arc::new(|ctx: &mut CallbackContext<'_>| ctx.request_flush());
-        if let Some(last) = plan.insns_mut().last_mut() {
-            last.on_execute(Action::Callback(cb));
+        let last = plan.insn_count().saturating_sub(1);
+        if let Some(last) = plan.insn(last) {
+            last.on_execute(Action::Callback(&cb));
         }
     });
     let mut cpu = cpu_at(CODE);
@@ -909,12 +954,11 @@ fn scoreboards_and_callbacks_see_each_vcpus_index() {
     let (b, v) = (board.clone(), vcpus_seen.clone());
     install(&mut engine, move |_tb, plan| {
         let v = v.clone();
-        plan.on_entry(Action::Callback(Arc::new(
-            move |ctx: &mut CallbackContext<'_>| {
-                v.lock().unwrap().insert(ctx.vcpu());
-            },
-        )));
-        for insn in plan.insns_mut() {
+        let on_entry: InsnCallback = Arc::new(move |ctx: &mut CallbackContext<'_>| {
+            v.lock().unwrap().insert(ctx.vcpu());
+        });
+        plan.on_entry(Action::Callback(&on_entry));
+        for insn in plan.insns() {
             insn.on_execute(inline_add(&b, 0, 1));
         }
     });
@@ -959,7 +1003,8 @@ fn run_inline_adds(code: &[u32], force_steps: bool) -> (CpuExit, [u64; 3], u64) 
     install(&mut engine, move |_tb, plan| {
         let add = |slot, imm| inline_add(&b, slot, imm);
         plan.on_entry(add(1, 10));
-        for (i, insn) in plan.insns_mut().iter_mut().enumerate() {
+        for insn in plan.insns() {
+            let i = insn.index();
             insn.on_execute(add(0, i as u64 + 1));
             if i == 0 {
                 insn.on_execute(add(2, 1));
@@ -967,12 +1012,12 @@ fn run_inline_adds(code: &[u32], force_steps: bool) -> (CpuExit, [u64; 3], u64) 
             if force_steps {
                 insn.on_execute(Action::Conditional(
                     Condition {
-                        board: b.clone(),
+                        board: &b,
                         slot: 0,
                         compare: Compare::Never,
                         value: 0,
                     },
-                    never.clone(),
+                    &never,
                 ));
             }
         }
@@ -1018,8 +1063,8 @@ fn reclaiming_a_generation_releases_its_callbacks_even_when_its_memory_is_reused
     let cb = counter_cb(&Arc::new(AtomicU64::new(0)));
     let c = cb.clone();
     let instr = install(&mut engine, move |_tb, plan| {
-        for insn in plan.insns_mut() {
-            insn.on_execute(Action::Callback(c.clone()));
+        for insn in plan.insns() {
+            insn.on_execute(Action::Callback(&c));
         }
     });
     for _ in 0..3 {
@@ -1054,9 +1099,9 @@ fn reinstrumentation_keeps_code_and_bounds_the_superseded_plans() {
     let per_insn = Arc::new(AtomicU64::new(1));
     let (cb, n) = (counter_cb(&calls), per_insn.clone());
     let instr = install(&mut engine, move |_tb, plan| {
-        for insn in plan.insns_mut() {
+        for insn in plan.insns() {
             for _ in 0..n.load(Relaxed) {
-                insn.on_execute(Action::Callback(cb.clone()));
+                insn.on_execute(Action::Callback(&cb));
             }
         }
     });
@@ -1118,7 +1163,7 @@ fn reinstrumented_inline_counters_stay_exact() {
     let imm = Arc::new(AtomicU64::new(1));
     let (b, i) = (board.clone(), imm.clone());
     install(&mut engine, move |_tb, plan| {
-        for insn in plan.insns_mut() {
+        for insn in plan.insns() {
             insn.on_execute(inline_add(&b, 0, i.load(Relaxed)));
         }
     });
@@ -1163,13 +1208,15 @@ fn batched_inline_counts_are_exact_wherever_the_vcpu_looks() {
             .push(("translate", i.get(0, 0), e.get(0, 1)));
         let syscall_block = tb.insns().first().is_some_and(|x| x.raw == syscall());
         if syscall_block {
-            plan.insns_mut()[0].on_execute(Action::Callback(reader.clone()));
+            if let Some(first) = plan.insn(0) {
+                first.on_execute(Action::Callback(&reader));
+            }
             return;
         }
         if tb.pc() == CODE {
             plan.on_entry(inline_add(&e, 1, 1));
         }
-        for insn in plan.insns_mut() {
+        for insn in plan.insns() {
             insn.on_execute(inline_add(&i, 0, 3));
         }
     });
@@ -1222,7 +1269,7 @@ fn instruction_counters_on_different_boards_stay_exact() {
         } else {
             (&o, 1)
         };
-        for insn in plan.insns_mut() {
+        for insn in plan.insns() {
             insn.on_execute(inline_add(board, 0, add));
         }
     });
@@ -1251,7 +1298,7 @@ fn a_new_counter_board_on_every_reinstrumentation_stays_exact() {
     let c = current.clone();
     install(&mut engine, move |_tb, plan| {
         let board = c.lock().unwrap().clone();
-        for insn in plan.insns_mut() {
+        for insn in plan.insns() {
             insn.on_execute(inline_add(&board, 0, 2));
         }
     });

@@ -323,9 +323,9 @@ pub fn loop_insns(n: u64) -> u64 {
 }
 
 /// An inline add of `imm` to `slot` of `board`.
-pub fn inline_add(board: &std::sync::Arc<Scoreboard>, slot: usize, imm: u64) -> Action {
+pub fn inline_add(board: &std::sync::Arc<Scoreboard>, slot: usize, imm: u64) -> Action<'_> {
     Action::Inline(InlineOp {
-        board: board.clone(),
+        board,
         slot,
         kind: InlineKind::Add(imm),
     })
