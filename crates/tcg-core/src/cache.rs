@@ -12,7 +12,8 @@ use std::sync::{Arc, LazyLock};
 use hashbrown::HashMap;
 
 use crate::instrument::{
-    Compare, InlineKind, InsnCallback, MemCallback, MemFilter, PlanData, PlanTables, Scoreboard,
+    Compare, InlineKind, InsnCallback, MAX_PLAN_ACTIONS, MemCallback, MemFilter, PlanData,
+    PlanTables, Scoreboard,
 };
 
 /// Marks "no entry" in `u32` links.
@@ -224,12 +225,12 @@ impl SlotUses {
     }
 
     /// The slot of `cb` in `slots` (reusing the last one if it holds `cb`),
-    /// counting one more use.
-    fn slot_for<T: ?Sized>(&mut self, slots: &mut Vec<Arc<T>>, cb: &Arc<T>) -> u32 {
+    /// counting `uses` more uses.
+    fn slot_for<T: ?Sized>(&mut self, slots: &mut Vec<Arc<T>>, cb: &Arc<T>, uses: u32) -> u32 {
         if let Some(last) = self.last {
             if slots.get(last as usize).is_some_and(|s| Arc::ptr_eq(s, cb)) {
                 if let Some(n) = self.uses.get_mut(last as usize) {
-                    *n += 1;
+                    *n += uses;
                 }
                 return last;
             }
@@ -240,25 +241,18 @@ impl SlotUses {
                     *s = Arc::clone(cb);
                 }
                 if let Some(n) = self.uses.get_mut(free as usize) {
-                    *n = 1;
+                    *n = uses;
                 }
                 free
             }
             _ => {
                 slots.push(Arc::clone(cb));
-                self.uses.push(1);
+                self.uses.push(uses);
                 idx(slots.len() - 1)
             }
         };
         self.last = Some(slot);
         slot
-    }
-
-    /// One more use of `slot`, which holds a callback.
-    fn add_use(&mut self, slot: u32) {
-        if let Some(n) = self.uses.get_mut(slot as usize) {
-            *n += 1;
-        }
     }
 
     /// One use of `slot` fewer; at none, its callback is dropped for
@@ -391,13 +385,82 @@ pub(crate) struct Generation<Op> {
 }
 
 /// Where the callbacks and scoreboards of the plan being compiled sit in
-/// the generation's tables ([`NONE`]: callback not resolved yet).
+/// the generation's tables.
 #[derive(Default)]
 struct PlanSlots {
     callbacks: Vec<u32>,
     mem_callbacks: Vec<u32>,
     boards: Vec<u32>,
 }
+
+impl PlanSlots {
+    fn get(table: &[u32], i: u32) -> u32 {
+        table.get(i as usize).copied().unwrap_or(NONE)
+    }
+
+    /// A plan's action, naming the generation's tables instead.
+    #[inline]
+    fn action(&self, action: CompiledAction) -> CompiledAction {
+        match action {
+            CompiledAction::Call { cb } => CompiledAction::Call {
+                cb: Self::get(&self.callbacks, cb),
+            },
+            CompiledAction::Inline { board, slot, kind } => CompiledAction::Inline {
+                board: Self::get(&self.boards, board),
+                slot,
+                kind,
+            },
+            CompiledAction::Conditional {
+                cb,
+                board,
+                slot,
+                compare,
+                value,
+            } => CompiledAction::Conditional {
+                cb: Self::get(&self.callbacks, cb),
+                board: Self::get(&self.boards, board),
+                slot,
+                compare,
+                value,
+            },
+        }
+    }
+
+    /// A plan's memory action, naming the generation's tables instead.
+    #[inline]
+    fn mem_action(&self, action: CompiledMem) -> CompiledMem {
+        let kind = match action.kind {
+            CompiledMemKind::Call { cb } => CompiledMemKind::Call {
+                cb: Self::get(&self.mem_callbacks, cb),
+            },
+            CompiledMemKind::Inline { board, slot, kind } => CompiledMemKind::Inline {
+                board: Self::get(&self.boards, board),
+                slot,
+                kind,
+            },
+        };
+        CompiledMem {
+            filter: action.filter,
+            kind,
+        }
+    }
+}
+
+/// Placeholders for room made in the arrays before a plan is compiled
+/// into it.
+const EMPTY_HOOK: InsnHook = InsnHook {
+    actions_start: 0,
+    mem_start: 0,
+    actions_len: 0,
+    mem_len: 0,
+    mem_calls: false,
+    sole_call: NONE,
+};
+const EMPTY_ACTION: CompiledAction = CompiledAction::Call { cb: NONE };
+const EMPTY_MEM: CompiledMem = CompiledMem {
+    filter: MemFilter::All,
+    kind: CompiledMemKind::Call { cb: NONE },
+};
 
 fn arc_key<T: ?Sized>(arc: &Arc<T>) -> usize {
     Arc::as_ptr(arc).cast::<()>() as usize
@@ -408,14 +471,11 @@ fn idx(len: usize) -> u32 {
     u32::try_from(len).unwrap_or(NONE)
 }
 
-/// Most actions (and, separately, memory actions) kept per instruction:
-/// hooks count them in 16 bits to stay 16 bytes. Further ones are ignored
-/// (documented on [`crate::InsnPlan`]).
-const MAX_HOOK_ACTIONS: usize = u16::MAX as usize;
-
+/// A hook's number of actions: hooks count them in 16 bits to stay 16
+/// bytes, which a plan never exceeds (`MAX_PLAN_ACTIONS` per block).
 #[inline]
 fn len16(len: usize) -> u16 {
-    u16::try_from(len.min(MAX_HOOK_ACTIONS)).unwrap_or(u16::MAX)
+    u16::try_from(len.min(MAX_PLAN_ACTIONS)).unwrap_or(u16::MAX)
 }
 
 impl<Op: Copy> Generation<Op> {
@@ -609,7 +669,7 @@ impl<Op: Copy> Generation<Op> {
         match plan {
             // Inline adds only (no callback, conditional, store or memory
             // action): a plain loop with tallies.
-            Some(plan) if plan.adds_only && plan.mem.is_empty() => {
+            Some(plan) if runs_as_tally(plan) => {
                 let (start, len) = self.compile_tally(plan, insns);
                 let mode = match self.uniform_tally(start, len, insns) {
                     Some(per_insn) => {
@@ -633,19 +693,14 @@ impl<Op: Copy> Generation<Op> {
                 (mode, start, len)
             }
             Some(plan) => {
-                let (start, len) = self.compile(plan, insns);
-                let mode = if !plan.mem.is_empty() {
-                    if self.mem_each(start, len, ops_start) {
-                        ExecMode::MemEach
-                    } else {
-                        ExecMode::StepsWithMemory
-                    }
-                } else if self.calls_each(start, len) {
-                    ExecMode::CallEach
-                } else {
-                    ExecMode::Steps
-                };
-                (mode, start, len)
+                let at = self.make_room(Extents {
+                    hooks: insns + 1,
+                    actions: plan.exec.len(),
+                    mem: plan.mem.len(),
+                    ..Extents::default()
+                });
+                let mode = self.compile_hooks(plan, insns, at, ops_start);
+                (mode, idx(at.hooks), idx(insns + 1))
             }
             None => (ExecMode::Plain, NONE, 0),
         }
@@ -747,11 +802,12 @@ impl<Op: Copy> Generation<Op> {
 
     /// Replaces the instrumentation of block `id` (planned under an older
     /// `plan_version`) with `plan`, keeping its decoded ops, its index entry
-    /// and its chain links. The new plan is compiled at the end of the
-    /// arrays, then moved over the old one when it fits (the same shape of
-    /// block, no more entries): re-planning then neither grows the arrays
-    /// nor writes to memory gone cold. Otherwise the old plan stays behind as
-    /// garbage, counted in `stale_entries`; nothing refers to it any more.
+    /// and its chain links. A plan of hooks that fits where the old hooks
+    /// were (the same block planned alike: the usual case after a reset) is
+    /// compiled over them, so re-planning neither grows the arrays nor
+    /// moves anything; otherwise it is compiled at the end of the arrays
+    /// (a tally plan is then moved over the old one when it fits), and the
+    /// old plan stays behind as garbage, counted in `stale_entries`.
     pub(crate) fn replan(&mut self, id: u32, plan: Option<&PlanData>) {
         let Some(&old) = self.tbs.get(id as usize) else {
             return;
@@ -761,24 +817,45 @@ impl<Op: Copy> Generation<Op> {
         if let Some(slot) = &old_slot {
             self.release_callbacks(slot);
         }
-        let before = self.extents();
-        let (mode, mut instr_start, instr_len) = self.compile_plan(plan, old.ops_start, insns);
-        let added = self.extents().minus(before);
-        if let Some(slot) = old_slot {
-            let same_shape =
-                mode.runs_steps() == old.mode.runs_steps() && mode.tallies() == old.mode.tallies();
-            if same_shape && added.fits_in(slot.len) {
-                self.move_plan(before, &slot, mode);
-                instr_start = if mode.tallies() {
-                    idx(slot.start.tallies)
-                } else {
-                    idx(slot.start.hooks)
+        let (mode, instr_start, instr_len) = match plan {
+            Some(plan) if !runs_as_tally(plan) => {
+                self.resolve_tables(&plan.tables);
+                let need = Extents {
+                    hooks: insns + 1,
+                    actions: plan.exec.len(),
+                    mem: plan.mem.len(),
+                    ..Extents::default()
                 };
-                self.stale_entries += slot.len.total() - added.total();
-            } else {
-                self.stale_entries += slot.len.total();
+                let at = match old_slot {
+                    Some(slot) if old.mode.runs_steps() && need.fits_in(slot.len) => {
+                        self.stale_entries += slot.len.total() - need.total();
+                        slot.start
+                    }
+                    _ => {
+                        self.stale_entries += old_slot.map_or(0, |slot| slot.len.total());
+                        self.make_room(need)
+                    }
+                };
+                let mode = self.compile_hooks(plan, insns, at, old.ops_start);
+                (mode, idx(at.hooks), idx(insns + 1))
             }
-        }
+            _ => {
+                let before = self.extents();
+                let (mode, mut instr_start, instr_len) =
+                    self.compile_plan(plan, old.ops_start, insns);
+                let added = self.extents().minus(before);
+                if let Some(slot) = old_slot {
+                    if mode.tallies() && old.mode.tallies() && added.fits_in(slot.len) {
+                        self.move_plan(before, &slot, mode);
+                        instr_start = idx(slot.start.tallies);
+                        self.stale_entries += slot.len.total() - added.total();
+                    } else {
+                        self.stale_entries += slot.len.total();
+                    }
+                }
+                (mode, instr_start, instr_len)
+            }
+        };
         let version = self.plan_version;
         if let Some(tb) = self.tbs.get_mut(id as usize) {
             tb.mode = mode;
@@ -786,6 +863,16 @@ impl<Op: Copy> Generation<Op> {
             tb.instr_len = instr_len;
             tb.plan_version = version;
         }
+    }
+
+    /// Makes room for `need` more entries at the end of the arrays; returns
+    /// where it starts.
+    fn make_room(&mut self, need: Extents) -> Extents {
+        let at = self.extents();
+        self.hooks.resize(at.hooks + need.hooks, EMPTY_HOOK);
+        self.actions.resize(at.actions + need.actions, EMPTY_ACTION);
+        self.mem_actions.resize(at.mem + need.mem, EMPTY_MEM);
+        at
     }
 
     /// Current lengths of the instrumentation arrays.
@@ -857,32 +944,17 @@ impl<Op: Copy> Generation<Op> {
         }
     }
 
-    /// Moves the plan compiled past `before` into `slot` (which it fits),
-    /// rebasing its internal indices, and truncates the arrays to `before`.
+    /// Moves the tally plan compiled past `before` into `slot` (which it
+    /// fits), rebasing its internal indices, and truncates the arrays to
+    /// `before`.
     fn move_plan(&mut self, before: Extents, slot: &PlanSlot, mode: ExecMode) {
+        debug_assert!(mode.tallies());
         let to = slot.start;
-        if mode.tallies() {
-            for t in self.tallies.get_mut(before.tallies..).unwrap_or_default() {
-                t.sums_start = idx(to.sums + (t.sums_start as usize - before.sums));
-            }
-            self.tallies.copy_within(before.tallies.., to.tallies);
-            self.tally_sums.copy_within(before.sums.., to.sums);
-        } else {
-            for h in self.hooks.get_mut(before.hooks..).unwrap_or_default() {
-                h.actions_start = idx(to.actions + (h.actions_start as usize - before.actions));
-                h.mem_start = if h.mem_len == 0 {
-                    idx(to.mem)
-                } else {
-                    idx(to.mem + (h.mem_start as usize - before.mem))
-                };
-            }
-            self.hooks.copy_within(before.hooks.., to.hooks);
-            self.actions.copy_within(before.actions.., to.actions);
-            self.mem_actions.copy_within(before.mem.., to.mem);
+        for t in self.tallies.get_mut(before.tallies..).unwrap_or_default() {
+            t.sums_start = idx(to.sums + (t.sums_start as usize - before.sums));
         }
-        self.hooks.truncate(before.hooks);
-        self.actions.truncate(before.actions);
-        self.mem_actions.truncate(before.mem);
+        self.tallies.copy_within(before.tallies.., to.tallies);
+        self.tally_sums.copy_within(before.sums.., to.sums);
         self.tallies.truncate(before.tallies);
         self.tally_sums.truncate(before.sums);
     }
@@ -902,8 +974,8 @@ impl<Op: Copy> Generation<Op> {
         self.stale_entries > limit || self.callbacks.len() + self.mem_callbacks.len() > limit
     }
 
-    /// Resolves the plan's scoreboards to this generation's (its callbacks
-    /// are resolved where an action first names them, counting uses).
+    /// Resolves the plan's callbacks and scoreboards to this generation's,
+    /// counting the uses of each callback.
     fn resolve_tables(&mut self, tables: &PlanTables) {
         let mut slots = std::mem::take(&mut self.plan_slots);
         slots.boards.clear();
@@ -911,63 +983,23 @@ impl<Op: Copy> Generation<Op> {
             slots.boards.push(self.board_index(board));
         }
         slots.callbacks.clear();
-        slots.callbacks.resize(tables.callbacks.len(), NONE);
+        for (cb, &uses) in tables.callbacks.iter().zip(&tables.callback_uses) {
+            slots.callbacks.push(match uses {
+                // Named by no action: given no slot, so nothing keeps it.
+                0 => NONE,
+                n => self.callback_uses.slot_for(&mut self.callbacks, cb, n),
+            });
+        }
         slots.mem_callbacks.clear();
-        slots.mem_callbacks.resize(tables.mem_callbacks.len(), NONE);
-        self.plan_slots = slots;
-    }
-
-    /// The generation's slot of the plan's callback `cb`, counting one use.
-    fn callback_slot(&mut self, tables: &PlanTables, cb: u32) -> u32 {
-        match self.plan_slots.callbacks.get(cb as usize) {
-            Some(&slot) if slot != NONE => {
-                self.callback_uses.add_use(slot);
-                slot
-            }
-            Some(_) => {
-                let Some(callback) = tables.callbacks.get(cb as usize) else {
-                    return NONE;
-                };
-                let slot = self.callback_uses.slot_for(&mut self.callbacks, callback);
-                if let Some(s) = self.plan_slots.callbacks.get_mut(cb as usize) {
-                    *s = slot;
-                }
-                slot
-            }
-            None => NONE,
-        }
-    }
-
-    /// [`Generation::callback_slot`] for memory callbacks.
-    fn mem_callback_slot(&mut self, tables: &PlanTables, cb: u32) -> u32 {
-        match self.plan_slots.mem_callbacks.get(cb as usize) {
-            Some(&slot) if slot != NONE => {
-                self.mem_callback_uses.add_use(slot);
-                slot
-            }
-            Some(_) => {
-                let Some(callback) = tables.mem_callbacks.get(cb as usize) else {
-                    return NONE;
-                };
-                let slot = self
+        for (cb, &uses) in tables.mem_callbacks.iter().zip(&tables.mem_callback_uses) {
+            slots.mem_callbacks.push(match uses {
+                0 => NONE,
+                n => self
                     .mem_callback_uses
-                    .slot_for(&mut self.mem_callbacks, callback);
-                if let Some(s) = self.plan_slots.mem_callbacks.get_mut(cb as usize) {
-                    *s = slot;
-                }
-                slot
-            }
-            None => NONE,
+                    .slot_for(&mut self.mem_callbacks, cb, n),
+            });
         }
-    }
-
-    /// The generation's index of the plan's scoreboard `board`.
-    fn board_slot(&self, board: u32) -> u32 {
-        self.plan_slots
-            .boards
-            .get(board as usize)
-            .copied()
-            .unwrap_or(NONE)
+        self.plan_slots = slots;
     }
 
     /// Forgets the callbacks the actions of `slot` name (a plan about to be
@@ -1005,52 +1037,6 @@ impl<Op: Copy> Generation<Op> {
         i
     }
 
-    /// An action of a plan, with its table indices made the generation's.
-    fn compile_action(&mut self, tables: &PlanTables, action: CompiledAction) -> CompiledAction {
-        match action {
-            CompiledAction::Call { cb } => CompiledAction::Call {
-                cb: self.callback_slot(tables, cb),
-            },
-            CompiledAction::Inline { board, slot, kind } => CompiledAction::Inline {
-                board: self.board_slot(board),
-                slot,
-                kind,
-            },
-            CompiledAction::Conditional {
-                cb,
-                board,
-                slot,
-                compare,
-                value,
-            } => CompiledAction::Conditional {
-                cb: self.callback_slot(tables, cb),
-                board: self.board_slot(board),
-                slot,
-                compare,
-                value,
-            },
-        }
-    }
-
-    /// A memory action of a plan, with its table indices made the
-    /// generation's.
-    fn compile_mem_action(&mut self, tables: &PlanTables, action: CompiledMem) -> CompiledMem {
-        let kind = match action.kind {
-            CompiledMemKind::Call { cb } => CompiledMemKind::Call {
-                cb: self.mem_callback_slot(tables, cb),
-            },
-            CompiledMemKind::Inline { board, slot, kind } => CompiledMemKind::Inline {
-                board: self.board_slot(board),
-                slot,
-                kind,
-            },
-        };
-        CompiledMem {
-            filter: action.filter,
-            kind,
-        }
-    }
-
     /// Compiles a plan of inline adds only into one [`Tally`] per
     /// scoreboard entry it touches; returns their (start, len) in `tallies`.
     fn compile_tally(&mut self, plan: &PlanData, insns: usize) -> (u32, u32) {
@@ -1071,7 +1057,7 @@ impl<Op: Copy> Generation<Op> {
                 .boards
                 .get(board as usize)
                 .is_some_and(|b| (slot as usize) < b.slots());
-            let board = self.board_slot(board);
+            let board = PlanSlots::get(&self.plan_slots.boards, board);
             if !inside || board == NONE {
                 continue;
             }
@@ -1145,56 +1131,79 @@ impl<Op: Copy> Generation<Op> {
         }
     }
 
-    /// Compiles a plan into hooks: the block-entry hook, then one per
-    /// instruction; returns their (start, len) in `hooks`. The plan's
-    /// actions are in instruction order (see `TbPlan::finish`).
-    fn compile(&mut self, plan: &PlanData, insns: usize) -> (u32, u32) {
-        let start = self.hooks.len();
-        self.hooks.reserve(insns + 1);
-        let (mut exec, mut mem) = (plan.exec.as_slice(), plan.mem.as_slice());
-        for at in 0..=idx(insns) {
-            let mut hook = InsnHook {
-                actions_start: idx(self.actions.len()),
-                actions_len: 0,
-                // The entry hook has no memory actions.
-                mem_start: if at == 0 {
-                    0
-                } else {
-                    idx(self.mem_actions.len())
-                },
-                mem_len: 0,
-                mem_calls: false,
-                sole_call: NONE,
-            };
-            let here = exec.iter().take_while(|&&(a, _)| a == at).count();
-            let (mine, rest) = exec.split_at(here);
-            exec = rest;
-            for &(_, action) in mine.iter().take(MAX_HOOK_ACTIONS) {
-                let compiled = self.compile_action(&plan.tables, action);
-                self.actions.push(compiled);
-            }
-            hook.actions_len = len16(mine.len());
-            // Mostly one callback (one instruction-counting plugin): the
-            // loop then calls it without walking the list.
-            if let [(_, CompiledAction::Call { .. })] = mine {
-                if let Some(&CompiledAction::Call { cb }) = self.actions.last() {
-                    hook.sole_call = cb;
-                }
-            }
-            if at > 0 {
-                let here = mem.iter().take_while(|&&(i, _)| i + 1 == at).count();
-                let (mine, rest) = mem.split_at(here);
-                mem = rest;
-                for &(_, action) in mine.iter().take(MAX_HOOK_ACTIONS) {
-                    let compiled = self.compile_mem_action(&plan.tables, action);
-                    hook.mem_calls |= matches!(compiled.kind, CompiledMemKind::Call { .. });
-                    self.mem_actions.push(compiled);
-                }
-                hook.mem_len = len16(mine.len());
-            }
-            self.hooks.push(hook);
+    /// Compiles a plan into hooks (the block-entry hook, then one per
+    /// instruction) and their actions, written at `at` in the arrays, which
+    /// has room for them; returns how the block runs. The plan's actions
+    /// are in instruction order (see `TbPlan::finish`).
+    fn compile_hooks(
+        &mut self,
+        plan: &PlanData,
+        insns: usize,
+        at: Extents,
+        ops_start: u32,
+    ) -> ExecMode {
+        let Generation {
+            hooks,
+            actions,
+            mem_actions,
+            plan_slots,
+            ..
+        } = self;
+        let (Some(hooks), Some(acts), Some(mems)) = (
+            hooks.get_mut(at.hooks..at.hooks + insns + 1),
+            actions.get_mut(at.actions..at.actions + plan.exec.len()),
+            mem_actions.get_mut(at.mem..at.mem + plan.mem.len()),
+        ) else {
+            // Not reached: the callers made the room.
+            return ExecMode::Plain;
+        };
+        for (dst, &(_, action)) in acts.iter_mut().zip(&plan.exec) {
+            *dst = plan_slots.action(action);
         }
-        (idx(start), idx(self.hooks.len() - start))
+        for (dst, &(_, action)) in mems.iter_mut().zip(&plan.mem) {
+            *dst = plan_slots.mem_action(action);
+        }
+        let (mut e, mut m) = (0, 0);
+        for (here, hook) in (0u32..).zip(hooks.iter_mut()) {
+            let e0 = e;
+            while plan.exec.get(e).is_some_and(|&(a, _)| a == here) {
+                e += 1;
+            }
+            let m0 = m;
+            // Memory actions name their instruction: hook `here` is
+            // instruction `here - 1`'s (the entry hook has none).
+            while plan.mem.get(m).is_some_and(|&(i, _)| i + 1 == here) {
+                m += 1;
+            }
+            let own_mem = mems.get(m0..m).unwrap_or_default();
+            *hook = InsnHook {
+                actions_start: idx(at.actions + e0),
+                actions_len: len16(e - e0),
+                mem_start: if here == 0 { 0 } else { idx(at.mem + m0) },
+                mem_len: len16(m - m0),
+                mem_calls: own_mem
+                    .iter()
+                    .any(|a| matches!(a.kind, CompiledMemKind::Call { .. })),
+                // Mostly one callback (one instruction-counting plugin):
+                // the loop then calls it without walking the list.
+                sole_call: match acts.get(e0..e) {
+                    Some([CompiledAction::Call { cb }]) => *cb,
+                    _ => NONE,
+                },
+            };
+        }
+        let (start, len) = (idx(at.hooks), idx(insns + 1));
+        if !plan.mem.is_empty() {
+            if self.mem_each(start, len, ops_start) {
+                ExecMode::MemEach
+            } else {
+                ExecMode::StepsWithMemory
+            }
+        } else if self.calls_each(start, len) {
+            ExecMode::CallEach
+        } else {
+            ExecMode::Steps
+        }
     }
 
     /// Makes block `id` unreachable (its storage stays until the generation
@@ -1264,6 +1273,13 @@ impl<Op: Copy> Generation<Op> {
         }
         self.dead_tbs - before
     }
+}
+
+/// True if `plan` holds only inline adds before instructions or on block
+/// entry: no callback, no conditional, no store, no memory action. Such a
+/// block runs as [`ExecMode::Tally`] (or [`ExecMode::Count`]).
+fn runs_as_tally(plan: &PlanData) -> bool {
+    plan.adds_only && plan.mem.is_empty()
 }
 
 // The loop reads one header per block: it must stay one cache line.

@@ -389,8 +389,8 @@ impl fmt::Debug for MemAction<'_> {
 /// What the instrumentation attaches to one block; filled by
 /// [`Instrumentation::translate`], on block entry ([`TbPlan::on_entry`]) and
 /// per instruction ([`TbPlan::insn`], [`TbPlan::insns`]). Actions run in
-/// the order they were attached; an instruction keeps at most 65535
-/// execution actions and 65535 memory actions (further ones are ignored).
+/// the order they were attached; a block keeps at most 65535 execution
+/// actions and 65535 memory actions (further ones are ignored).
 ///
 /// Attaching takes `&self`, so any number of instruction handles can be
 /// alive at once (as a plugin API hands them out while it walks a block).
@@ -433,12 +433,19 @@ impl Default for PlanData {
     }
 }
 
+/// Most execution actions, and separately memory actions, one block's plan
+/// keeps: compiled hooks count them in 16 bits.
+pub(crate) const MAX_PLAN_ACTIONS: usize = u16::MAX as usize;
+
 /// The distinct callbacks and scoreboards a [`TbPlan`]'s actions name, by
-/// index: almost always none to two of each.
+/// index (almost always none to two of each), with how many actions name
+/// each callback.
 #[derive(Default)]
 pub(crate) struct PlanTables {
     pub(crate) callbacks: SmallVec<[InsnCallback; 2]>,
+    pub(crate) callback_uses: SmallVec<[u32; 2]>,
     pub(crate) mem_callbacks: SmallVec<[MemCallback; 2]>,
+    pub(crate) mem_callback_uses: SmallVec<[u32; 2]>,
     pub(crate) boards: SmallVec<[Arc<Scoreboard>; 2]>,
 }
 
@@ -467,6 +474,23 @@ fn intern<T: ?Sized, const N: usize>(table: &mut SmallVec<[Arc<T>; N]>, item: &A
     }
 }
 
+/// [`intern`] for a callback, counting the action that names it.
+#[inline(always)]
+fn intern_use<T: ?Sized, const N: usize>(
+    table: &mut SmallVec<[Arc<T>; N]>,
+    uses: &mut SmallVec<[u32; N]>,
+    item: &Arc<T>,
+) -> u32 {
+    let i = intern(table, item);
+    if uses.len() < table.len() {
+        uses.resize(table.len(), 0);
+    }
+    if let Some(n) = uses.get_mut(i as usize) {
+        *n += 1;
+    }
+    i
+}
+
 #[inline(never)]
 fn intern_slow<T: ?Sized, const N: usize>(table: &mut SmallVec<[Arc<T>; N]>, item: &Arc<T>) -> u32 {
     let recent = table.len().saturating_sub(RECENT);
@@ -491,7 +515,7 @@ impl PlanTables {
     fn action(&mut self, action: Action<'_>) -> CompiledAction {
         match action {
             Action::Callback(cb) => CompiledAction::Call {
-                cb: intern(&mut self.callbacks, cb),
+                cb: intern_use(&mut self.callbacks, &mut self.callback_uses, cb),
             },
             Action::Inline(op) => CompiledAction::Inline {
                 board: intern(&mut self.boards, op.board),
@@ -499,7 +523,7 @@ impl PlanTables {
                 kind: op.kind,
             },
             Action::Conditional(cond, cb) => CompiledAction::Conditional {
-                cb: intern(&mut self.callbacks, cb),
+                cb: intern_use(&mut self.callbacks, &mut self.callback_uses, cb),
                 board: intern(&mut self.boards, cond.board),
                 slot: index_u32(cond.slot),
                 compare: cond.compare,
@@ -512,7 +536,7 @@ impl PlanTables {
     fn mem_action(&mut self, filter: MemFilter, action: MemAction<'_>) -> CompiledMem {
         let kind = match action {
             MemAction::Callback(cb) => CompiledMemKind::Call {
-                cb: intern(&mut self.mem_callbacks, cb),
+                cb: intern_use(&mut self.mem_callbacks, &mut self.mem_callback_uses, cb),
             },
             MemAction::Inline(op) => CompiledMemKind::Inline {
                 board: intern(&mut self.boards, op.board),
@@ -527,6 +551,9 @@ impl PlanTables {
 impl PlanData {
     #[inline(always)]
     fn push_exec(&mut self, at: u32, action: Action<'_>) {
+        if self.exec.len() >= MAX_PLAN_ACTIONS {
+            return;
+        }
         self.adds_only &= matches!(
             action,
             Action::Inline(InlineOp {
@@ -541,6 +568,9 @@ impl PlanData {
 
     #[inline(always)]
     fn push_mem(&mut self, insn: u32, filter: MemFilter, action: MemAction<'_>) {
+        if self.mem.len() >= MAX_PLAN_ACTIONS {
+            return;
+        }
         self.in_order &= self.mem.last().is_none_or(|&(last, _)| last <= insn);
         let compiled = self.tables.mem_action(filter, action);
         self.mem.push((insn, compiled));
@@ -550,7 +580,9 @@ impl PlanData {
         self.exec.clear();
         self.mem.clear();
         self.tables.callbacks.clear();
+        self.tables.callback_uses.clear();
         self.tables.mem_callbacks.clear();
+        self.tables.mem_callback_uses.clear();
         self.tables.boards.clear();
         self.adds_only = true;
         self.in_order = true;
@@ -614,8 +646,22 @@ impl TbPlan {
     /// order among those of one instruction) unless they already are.
     pub(crate) fn finish(&mut self, mut keep: impl FnMut(usize) -> bool) {
         let data = self.data.get_mut();
-        if !data.mem.is_empty() {
+        let before = data.mem.len();
+        if before != 0 {
             data.mem.retain(|&(insn, _)| keep(insn as usize));
+        }
+        if data.mem.len() != before {
+            // Recount the callbacks' uses: a callback no action names any
+            // more is not given a slot when the plan is compiled.
+            let uses = &mut data.tables.mem_callback_uses;
+            uses.iter_mut().for_each(|n| *n = 0);
+            for (_, action) in &data.mem {
+                if let CompiledMemKind::Call { cb } = action.kind {
+                    if let Some(n) = uses.get_mut(cb as usize) {
+                        *n += 1;
+                    }
+                }
+            }
         }
         if !data.in_order {
             data.exec.sort_by_key(|&(at, _)| at);

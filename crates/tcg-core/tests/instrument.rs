@@ -1153,6 +1153,51 @@ fn reinstrumentation_keeps_code_and_bounds_the_superseded_plans() {
     assert!(peak_bytes < 16 << 20, "peak {peak_bytes} bytes");
 }
 
+/// A callback named by many actions of many blocks lives exactly as long
+/// as some block's plan names it: re-planning every block for a new one
+/// drops it, and re-planning only some keeps it for the others.
+#[test]
+fn a_replaced_callback_is_dropped_once_no_plan_names_it() {
+    let mut mem = machine(&loop_program(10));
+    let mut engine = Engine::new(Toy);
+    let calls = Arc::new(AtomicU64::new(0));
+    let current = Arc::new(Mutex::new(counter_cb(&calls)));
+    let c = current.clone();
+    install(&mut engine, move |_tb, plan| {
+        let cb = c.lock().unwrap().clone();
+        plan.on_entry(Action::Callback(&cb));
+        for insn in plan.insns() {
+            insn.on_execute(Action::Callback(&cb));
+        }
+    });
+    let run = |engine: &mut Engine<Toy>, mem: &mut GuestMemory| {
+        let mut cpu = cpu_at(CODE);
+        assert_eq!(engine.run(&mut cpu, mem), CpuExit::Syscall);
+    };
+    run(&mut engine, &mut mem);
+    let first = Arc::downgrade(&current.lock().unwrap());
+    assert!(first.strong_count() > 1, "the cache holds it");
+
+    // Every block is planned again (all run again) with a new callback.
+    *current.lock().unwrap() = counter_cb(&calls);
+    engine.reinstrument();
+    run(&mut engine, &mut mem);
+    assert_eq!(first.strong_count(), 0, "no plan names the first one");
+    let second = Arc::downgrade(&current.lock().unwrap());
+
+    // Only the block at the syscall runs again: the others keep theirs.
+    *current.lock().unwrap() = counter_cb(&calls);
+    engine.reinstrument();
+    let replanned = engine.stats().tbs_replanned;
+    let mut cpu = cpu_at(CODE + 4 * 16);
+    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
+    assert_eq!(engine.stats().tbs_replanned, replanned + 1);
+    assert!(
+        second.strong_count() > 0,
+        "blocks not run again still name it"
+    );
+}
+
 #[test]
 fn reinstrumented_inline_counters_stay_exact() {
     // Inline adds only: the blocks run as tallies, and each new plan (a
