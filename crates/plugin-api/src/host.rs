@@ -222,6 +222,13 @@ struct TransEntry {
 }
 
 /// Every live tb_trans callback, and the symbols their views report.
+/// The registrations a translation ran with, kept in the engine's plan
+/// memo ([`TbPlan::memo`]) for the next one.
+struct TransMemo {
+    version: u64,
+    trans: Arc<TransSnapshot>,
+}
+
 #[derive(Default)]
 struct TransSnapshot {
     entries: Vec<TransEntry>,
@@ -232,8 +239,12 @@ struct TransSnapshot {
 struct State {
     plugins: Vec<Entry>,
     /// What a translation needs, rebuilt on change so a translation takes
-    /// the lock only to clone one `Arc`.
+    /// the lock only to clone one `Arc` (and not even that while the
+    /// engine's plan memo holds the current one: see `Inner::translate`).
     trans: Arc<TransSnapshot>,
+    /// Bumped with every new `trans`; shared with `Inner`, which reads it
+    /// without the lock.
+    trans_version: Arc<AtomicU64>,
     flushers: Vec<FlushHandle>,
     online: BTreeSet<u32>,
     failures: Vec<String>,
@@ -271,6 +282,7 @@ impl State {
             })
             .collect();
         self.trans = Arc::new(TransSnapshot { entries, symbols });
+        self.trans_version.fetch_add(1, Ordering::Release);
     }
 
     fn guarded<T: Clone>(&self, pick: impl Fn(&Registrations) -> &Vec<T>) -> Vec<(Guard, T)> {
@@ -307,6 +319,8 @@ type LifecycleWatcher = Arc<dyn Fn(PluginLifecycle, PluginId, &str) + Send + Syn
 pub(crate) struct Inner {
     guest: Arc<GuestInfo>,
     state: Mutex<State>,
+    /// `State::trans_version`, readable without the lock.
+    trans_version: Arc<AtomicU64>,
     out: Mutex<Box<dyn Write + Send>>,
     /// Embedder-side watchers (e.g. a profiler); never plugin code.
     watchers: std::sync::RwLock<Vec<LifecycleWatcher>>,
@@ -458,11 +472,36 @@ impl Inner {
 
 impl Instrumentation for Inner {
     fn translate(&self, tb: &TbView<'_>, plan: &mut TbPlan) {
-        // One lock and one `Arc` per translated block: plugin code runs
-        // after the lock is released (it may register more callbacks).
-        let trans = Arc::clone(&self.state().trans);
-        for entry in &trans.entries {
-            let mut view = TbTrans::new(tb, plan, &entry.guard, &trans.symbols);
+        // The registrations are kept in the engine's plan memo while they
+        // do not change: a block then costs no lock and no reference
+        // count (re-planning after a reset translates every block run
+        // again). Plugin code runs with no lock held (it may register more
+        // callbacks).
+        let version = self.trans_version.load(Ordering::Acquire);
+        let current = |plan: &TbPlan| {
+            plan.memo_ref()
+                .and_then(|memo| memo.downcast_ref::<TransMemo>())
+                .filter(|memo| memo.version == version)
+                .is_some()
+        };
+        if !current(plan) {
+            let state = self.state();
+            let memo = TransMemo {
+                version: state.trans_version.load(Ordering::Acquire),
+                trans: Arc::clone(&state.trans),
+            };
+            drop(state);
+            *plan.memo() = Some(Box::new(memo));
+        }
+        let plan = &*plan;
+        let Some(memo) = plan
+            .memo_ref()
+            .and_then(|memo| memo.downcast_ref::<TransMemo>())
+        else {
+            return;
+        };
+        for entry in &memo.trans.entries {
+            let mut view = TbTrans::new(tb, plan, &entry.guard, &memo.trans.symbols);
             entry.guard.call("tb_trans", || (entry.cb)(&mut view));
         }
     }
@@ -745,10 +784,12 @@ impl fmt::Debug for PluginHost {
 impl PluginHost {
     /// An empty host for `guest`; plugin output goes to `out`.
     pub fn new(guest: GuestInfo, out: Box<dyn Write + Send>) -> Self {
+        let state = State::default();
         PluginHost {
             inner: Arc::new(Inner {
                 guest: Arc::new(guest),
-                state: Mutex::new(State::default()),
+                trans_version: Arc::clone(&state.trans_version),
+                state: Mutex::new(state),
                 out: Mutex::new(out),
                 watchers: std::sync::RwLock::new(Vec::new()),
             }),

@@ -160,8 +160,9 @@ pub(crate) struct InsnHook {
 }
 
 /// A compiled [`crate::Action`]. Callbacks and scoreboards are referenced
-/// by index into the generation's tables (in a [`crate::TbPlan`], into the plan's
-/// own), so actions are `Copy` and freed wholesale with the generation.
+/// by index into the generation's tables (in a [`crate::TbPlan`], into the
+/// plan's own), so actions are `Copy` and freed wholesale with the
+/// generation.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum CompiledAction {
     /// Call an instruction (or block-entry) callback.
@@ -846,7 +847,7 @@ impl<Op: Copy> Generation<Op> {
                 let added = self.extents().minus(before);
                 if let Some(slot) = old_slot {
                     if mode.tallies() && old.mode.tallies() && added.fits_in(slot.len) {
-                        self.move_plan(before, &slot, mode);
+                        self.move_tallies(before, &slot);
                         instr_start = idx(slot.start.tallies);
                         self.stale_entries += slot.len.total() - added.total();
                     } else {
@@ -947,8 +948,7 @@ impl<Op: Copy> Generation<Op> {
     /// Moves the tally plan compiled past `before` into `slot` (which it
     /// fits), rebasing its internal indices, and truncates the arrays to
     /// `before`.
-    fn move_plan(&mut self, before: Extents, slot: &PlanSlot, mode: ExecMode) {
-        debug_assert!(mode.tallies());
+    fn move_tallies(&mut self, before: Extents, slot: &PlanSlot) {
         let to = slot.start;
         for t in self.tallies.get_mut(before.tallies..).unwrap_or_default() {
             t.sums_start = idx(to.sums + (t.sums_start as usize - before.sums));

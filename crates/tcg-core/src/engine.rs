@@ -554,6 +554,7 @@ impl<F: Frontend> Engine<F> {
             return;
         }
         self.current.bump_plan_version();
+        self.scratch_plan.forget();
         self.stats.reinstrumentations += 1;
         if let Some(instr) = &self.instrumentation {
             instr.flushed();
@@ -587,6 +588,9 @@ impl<F: Frontend> Engine<F> {
     fn retire_current(&mut self) {
         // Its scoreboard indices die with it.
         self.pending_count.settle(&self.current);
+        // The instrumentation may be changing: an uninstalled plugin's
+        // callbacks must not stay alive in the scratch plan.
+        self.scratch_plan.forget();
         let fresh = match self.spare.take() {
             Some(mut g) => {
                 g.id = self.next_generation;

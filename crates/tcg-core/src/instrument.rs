@@ -19,6 +19,7 @@
 //! Callbacks are plain `Fn`s: a layer above that must survive a panicking
 //! callback wraps it in `std::panic::catch_unwind` itself.
 
+use std::any::Any;
 use std::cell::RefCell;
 use std::fmt;
 use std::sync::Arc;
@@ -398,10 +399,21 @@ impl fmt::Debug for MemAction<'_> {
 /// distinct callbacks and scoreboards they use: re-planning every block
 /// after a reset then costs no reference-count traffic per action, and
 /// emptying the plan drops a handful of handles.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct TbPlan {
     insns: u32,
     data: RefCell<PlanData>,
+    memo: Option<Box<dyn Any + Send>>,
+}
+
+impl fmt::Debug for TbPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TbPlan")
+            .field("insns", &self.insns)
+            .field("data", &self.data)
+            .field("memo", &self.memo.is_some())
+            .finish()
+    }
 }
 
 /// The attached actions of a [`TbPlan`].
@@ -576,17 +588,54 @@ impl PlanData {
         self.mem.push((insn, compiled));
     }
 
+    /// Empties the plan for the next block. The callbacks and scoreboards
+    /// this block's actions named stay in the tables when they are few
+    /// (the next block mostly names the same ones: keeping them saves a
+    /// reference count up and down per block); the generation holds them
+    /// anyway while this block's plan names them.
     fn clear(&mut self) {
+        self.clear_actions();
+        let t = &mut self.tables;
+        if t.callbacks.len() > RECENT || t.mem_callbacks.len() > RECENT || t.boards.len() > RECENT {
+            self.forget();
+            return;
+        }
+        unused_out(&mut t.callbacks, &mut t.callback_uses);
+        unused_out(&mut t.mem_callbacks, &mut t.mem_callback_uses);
+    }
+
+    /// Drops the attached actions, not the tables.
+    fn clear_actions(&mut self) {
         self.exec.clear();
         self.mem.clear();
+        self.adds_only = true;
+        self.in_order = true;
+    }
+
+    /// Drops every callback and scoreboard handle.
+    fn forget(&mut self) {
+        self.clear_actions();
         self.tables.callbacks.clear();
         self.tables.callback_uses.clear();
         self.tables.mem_callbacks.clear();
         self.tables.mem_callback_uses.clear();
         self.tables.boards.clear();
-        self.adds_only = true;
-        self.in_order = true;
     }
+}
+
+/// Drops the callbacks no action named, and zeroes the others' use counts.
+fn unused_out<T: ?Sized, const N: usize>(
+    table: &mut SmallVec<[Arc<T>; N]>,
+    uses: &mut SmallVec<[u32; N]>,
+) {
+    uses.resize(table.len(), 0);
+    for i in (0..table.len()).rev() {
+        if uses.get(i) == Some(&0) {
+            table.remove(i);
+            uses.remove(i);
+        }
+    }
+    uses.iter_mut().for_each(|n| *n = 0);
 }
 
 impl TbPlan {
@@ -623,20 +672,41 @@ impl TbPlan {
             .is_ok_and(|d| d.exec.is_empty() && d.mem.is_empty())
     }
 
+    /// What the instrumentation keeps from one translation to the next on
+    /// this engine (say, a snapshot of its registrations, so that it need
+    /// not fetch it for every block). The engine drops it whenever the
+    /// instrumentation may have changed: on a flush, a re-instrumentation
+    /// or a change of instrumentation.
+    pub fn memo(&mut self) -> &mut Option<Box<dyn Any + Send>> {
+        &mut self.memo
+    }
+
+    /// [`TbPlan::memo`], read-only: alongside attaching, which borrows the
+    /// plan shared.
+    pub fn memo_ref(&self) -> Option<&(dyn Any + Send)> {
+        self.memo.as_deref()
+    }
+
     /// The attached actions, for compiling.
     pub(crate) fn data(&mut self) -> &mut PlanData {
         self.data.get_mut()
     }
 
+    /// Drops every handle the plan keeps between blocks (callbacks,
+    /// scoreboards, the memo): the instrumentation may be changing.
+    pub(crate) fn forget(&mut self) {
+        self.data.get_mut().forget();
+        self.memo = None;
+    }
+
     /// Empties the plan for a block of `insns` instructions.
     pub(crate) fn reset(&mut self, insns: usize) {
-        self.clear();
+        self.data.get_mut().clear_actions();
         self.insns = index_u32(insns);
     }
 
-    /// Drops every attached action and the plan's handles on callbacks and
-    /// scoreboards (an uninstalled plugin's closures must not outlive its
-    /// plans), keeping the storage for the next block.
+    /// Drops every attached action, keeping the storage (and the few
+    /// callbacks and scoreboards they named) for the next block.
     pub(crate) fn clear(&mut self) {
         self.data.get_mut().clear();
     }

@@ -422,7 +422,10 @@ fn memory_actions_on_instructions_without_accesses_are_dropped_at_translation() 
     engine.flush();
     assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
     assert_eq!(calls.load(Relaxed), 1);
-    assert_eq!(Arc::strong_count(&on_access), 3);
+    assert!(Arc::strong_count(&on_access) > 2, "the cache holds it");
+    // A flush lets go of it everywhere in the engine.
+    engine.flush();
+    assert_eq!(Arc::strong_count(&on_access), 2);
 }
 
 #[test]
