@@ -399,6 +399,12 @@ impl PlanSlots {
         table.get(i as usize).copied().unwrap_or(NONE)
     }
 
+    /// The generation's slot of the plan's callback `cb`.
+    #[inline]
+    fn callback(&self, cb: u32) -> u32 {
+        Self::get(&self.callbacks, cb)
+    }
+
     /// A plan's action, naming the generation's tables instead.
     #[inline]
     fn action(&self, action: CompiledAction) -> CompiledAction {
@@ -1157,39 +1163,43 @@ impl<Op: Copy> Generation<Op> {
             // Not reached: the callers made the room.
             return ExecMode::Plain;
         };
+        // The actions, with their tables' indices made the generation's.
         for (dst, &(_, action)) in acts.iter_mut().zip(&plan.exec) {
             *dst = plan_slots.action(action);
         }
         for (dst, &(_, action)) in mems.iter_mut().zip(&plan.mem) {
             *dst = plan_slots.mem_action(action);
         }
-        let (mut e, mut m) = (0, 0);
+        // One pass down the (ordered) actions, closing a hook whenever the
+        // instruction they name moves on.
+        let (mut exec, mut mem) = (plan.exec.iter().peekable(), plan.mem.iter().peekable());
+        let (mut e, mut m) = (at.actions, at.mem);
         for (here, hook) in (0u32..).zip(hooks.iter_mut()) {
-            let e0 = e;
-            while plan.exec.get(e).is_some_and(|&(a, _)| a == here) {
+            let (e0, m0) = (e, m);
+            let mut sole_call = NONE;
+            while let Some((_, action)) = exec.next_if(|&&(a, _)| a == here) {
+                sole_call = match (e == e0, action) {
+                    (true, CompiledAction::Call { cb }) => plan_slots.callback(*cb),
+                    _ => NONE,
+                };
                 e += 1;
             }
-            let m0 = m;
             // Memory actions name their instruction: hook `here` is
             // instruction `here - 1`'s (the entry hook has none).
-            while plan.mem.get(m).is_some_and(|&(i, _)| i + 1 == here) {
+            let mut mem_calls = false;
+            while let Some((_, action)) = mem.next_if(|&&(i, _)| i + 1 == here) {
+                mem_calls |= matches!(action.kind, CompiledMemKind::Call { .. });
                 m += 1;
             }
-            let own_mem = mems.get(m0..m).unwrap_or_default();
             *hook = InsnHook {
-                actions_start: idx(at.actions + e0),
+                actions_start: idx(e0),
                 actions_len: len16(e - e0),
-                mem_start: if here == 0 { 0 } else { idx(at.mem + m0) },
+                mem_start: if here == 0 { 0 } else { idx(m0) },
                 mem_len: len16(m - m0),
-                mem_calls: own_mem
-                    .iter()
-                    .any(|a| matches!(a.kind, CompiledMemKind::Call { .. })),
+                mem_calls,
                 // Mostly one callback (one instruction-counting plugin):
                 // the loop then calls it without walking the list.
-                sole_call: match acts.get(e0..e) {
-                    Some([CompiledAction::Call { cb }]) => *cb,
-                    _ => NONE,
-                },
+                sole_call,
             };
         }
         let (start, len) = (idx(at.hooks), idx(insns + 1));
