@@ -808,31 +808,35 @@ impl<F: Frontend> Engine<F> {
                 F::set_pc(cpu, pc);
                 // Memory-watching blocks run here, the other instrumented
                 // ones out of line (see `exec_hooked`).
+                let mut requests = Requests::default();
+                let ctx = CallbackContext {
+                    vcpu: vcpu.index,
+                    pc: tb.pc,
+                    registers: None,
+                    mem,
+                    requests: &mut requests,
+                };
                 let end = match Self::mem_each_plan(current, tb) {
                     Some(MemEachPlan::One(filter, watch)) => {
                         let access = WatchedMem {
-                            mem,
+                            ctx,
                             filter,
                             watch,
-                            vcpu: vcpu.index,
-                            pc: tb.pc,
-                            requests: Requests::default(),
+                            signals: &self.signals,
                         };
-                        Self::exec_mem_each(access, &self.signals, tb, current, cpu)
+                        Self::exec_mem_each(access, tb, current, cpu)
                     }
                     Some(MemEachPlan::Several(watch)) => {
                         let access = WatchedMem {
-                            mem,
+                            ctx,
                             // Each action checks its own filter.
                             filter: MemFilter::All,
                             watch,
-                            vcpu: vcpu.index,
-                            pc: tb.pc,
-                            requests: Requests::default(),
+                            signals: &self.signals,
                         };
-                        Self::exec_mem_each(access, &self.signals, tb, current, cpu)
+                        Self::exec_mem_each(access, tb, current, cpu)
                     }
-                    None => Self::exec_hooked(current, &self.signals, vcpu.index, tb, cpu, mem),
+                    None => Self::exec_hooked(current, &self.signals, vcpu.index, tb, cpu, ctx.mem),
                 };
                 insns += u64::from(end.executed);
                 pc = end.next_pc;
@@ -1317,7 +1321,6 @@ impl<F: Frontend> Engine<F> {
     #[inline(always)]
     fn exec_mem_each<W: Fire>(
         mut access: WatchedMem<'_, W>,
-        signals: &Signals,
         tb: &TbHeader,
         generation: &Generation<F::Op>,
         cpu: &mut F::Cpu,
@@ -1327,7 +1330,7 @@ impl<F: Frontend> Engine<F> {
         let mut iter = ops.iter();
         while let Some(op) = iter.next() {
             let pc = base.wrapping_add(u64::from(op.offset));
-            access.pc = pc;
+            access.ctx.pc = pc;
             let executed = count(ops.len() - iter.len());
             match F::execute(cpu, &op.op, pc, &mut access) {
                 Flow::Next => {}
@@ -1336,19 +1339,21 @@ impl<F: Frontend> Engine<F> {
                         next_pc: target,
                         executed,
                         exit: None,
-                        requests: access.requests,
+                        requests: *access.ctx.requests,
                     };
                 }
                 Flow::Exit(exit) => {
-                    return Self::exit_at(exit, pc, op.len, executed, access.requests);
+                    return Self::exit_at(exit, pc, op.len, executed, *access.ctx.requests);
                 }
             }
-            if access.requests.any() || signals.pending.load(Ordering::Relaxed) != 0 {
+            // Only a memory callback makes requests (and notices other
+            // threads'): see `WatchedMem::fire`.
+            if access.ctx.requests.any() {
                 return BlockEnd {
                     next_pc: pc.wrapping_add(u64::from(op.len)),
                     executed,
                     exit: None,
-                    requests: access.requests,
+                    requests: *access.ctx.requests,
                 };
             }
         }
@@ -1356,7 +1361,7 @@ impl<F: Frontend> Engine<F> {
             next_pc: base.wrapping_add(u64::from(tb.size)),
             executed: count(ops.len()),
             exit: None,
-            requests: access.requests,
+            requests: *access.ctx.requests,
         }
     }
 
@@ -1522,53 +1527,25 @@ enum Watch<'a> {
 /// What a [`ExecMode::MemEach`] block runs on each access: its one action
 /// ([`Watch`]) or its several ([`MemActions`]).
 trait Fire {
-    fn fire(
-        &self,
-        vcpu: u32,
-        pc: u64,
-        mem: &mut GuestMemory,
-        requests: &mut Requests,
-        info: &MemAccessInfo,
-    );
+    /// Runs the actions for access `info`, made by the instruction `ctx`
+    /// describes.
+    fn fire(&self, ctx: &mut CallbackContext<'_>, info: &MemAccessInfo);
 }
 
 impl Fire for Watch<'_> {
     #[inline]
-    fn fire(
-        &self,
-        vcpu: u32,
-        pc: u64,
-        mem: &mut GuestMemory,
-        requests: &mut Requests,
-        info: &MemAccessInfo,
-    ) {
+    fn fire(&self, ctx: &mut CallbackContext<'_>, info: &MemAccessInfo) {
         match *self {
-            Watch::Call(cb) => {
-                let mut ctx = CallbackContext {
-                    vcpu,
-                    pc,
-                    registers: None,
-                    mem,
-                    requests,
-                };
-                cb(&mut ctx, info);
-            }
-            Watch::Inline(board, slot, kind) => board.apply(vcpu, slot, kind),
+            Watch::Call(cb) => cb(ctx, info),
+            Watch::Inline(board, slot, kind) => board.apply(ctx.vcpu, slot, kind),
         }
     }
 }
 
 impl Fire for MemActions<'_> {
     #[inline]
-    fn fire(
-        &self,
-        vcpu: u32,
-        pc: u64,
-        mem: &mut GuestMemory,
-        requests: &mut Requests,
-        info: &MemAccessInfo,
-    ) {
-        self.run(vcpu, pc, mem, requests, info);
+    fn fire(&self, ctx: &mut CallbackContext<'_>, info: &MemAccessInfo) {
+        self.run(ctx.vcpu, ctx.pc, ctx.mem, ctx.requests, info);
     }
 }
 
@@ -1579,28 +1556,32 @@ enum MemEachPlan<'a> {
 }
 
 /// Guest memory as a [`ExecMode::MemEach`] block sees it: each access
-/// `filter` selects runs the block's actions.
+/// `filter` selects runs the block's actions. The callback context is made
+/// once per block (the loop moves its pc along), not once per access.
 struct WatchedMem<'a, W> {
-    mem: &'a mut GuestMemory,
+    ctx: CallbackContext<'a>,
     filter: MemFilter,
     watch: W,
-    vcpu: u32,
-    pc: u64,
-    requests: Requests,
+    signals: &'a Signals,
 }
 
 impl<W: Fire> WatchedMem<'_, W> {
     #[inline]
     fn fire(&mut self, info: MemAccessInfo) {
-        self.watch
-            .fire(self.vcpu, self.pc, self.mem, &mut self.requests, &info);
+        self.watch.fire(&mut self.ctx, &info);
+        // A request another thread made, or a callback through a handle:
+        // the loop ends the block after this instruction, as it does for
+        // the callback's own requests (one test per instruction).
+        if self.signals.pending.load(Ordering::Relaxed) != 0 {
+            self.ctx.requests.stop();
+        }
     }
 }
 
 impl<W: Fire> MemAccess for WatchedMem<'_, W> {
     #[inline(always)]
     fn load(&mut self, addr: u64, size: u8, signed: bool) -> Result<u64, MemFault> {
-        let raw = self.mem.load(addr, size)?;
+        let raw = self.ctx.mem.load(addr, size)?;
         let value = if signed { sign_extend(raw, size) } else { raw };
         if self.filter.matches(false) {
             self.fire(MemAccessInfo {
@@ -1616,7 +1597,7 @@ impl<W: Fire> MemAccess for WatchedMem<'_, W> {
 
     #[inline(always)]
     fn store(&mut self, addr: u64, size: u8, value: u64) -> Result<(), MemFault> {
-        self.mem.store(addr, size, value)?;
+        self.ctx.mem.store(addr, size, value)?;
         if self.filter.matches(true) {
             self.fire(MemAccessInfo {
                 addr,
@@ -1630,7 +1611,7 @@ impl<W: Fire> MemAccess for WatchedMem<'_, W> {
     }
 
     fn memory(&mut self) -> &mut GuestMemory {
-        self.mem
+        self.ctx.mem
     }
 }
 

@@ -803,6 +803,15 @@ impl Requests {
     const FLUSH: u8 = 1;
     const REINSTRUMENT: u8 = 2;
     const EXIT: u8 = 4;
+    /// End the block after this instruction, nothing more: another thread
+    /// (or a callback, through a handle) asked something of the engine.
+    const STOP: u8 = 8;
+
+    /// Ends the block after the current instruction.
+    #[inline(always)]
+    pub(crate) fn stop(&mut self) {
+        self.bits |= Self::STOP;
+    }
 
     #[inline(always)]
     pub(crate) fn any(self) -> bool {

@@ -386,6 +386,43 @@ fn exit_requested_from_a_memory_callback_on_every_instruction_stops_after_it() {
     assert_eq!(calls.load(Relaxed), 5, "each access's callback ran once");
 }
 
+/// A flush asked for through a handle (as from another thread) by a memory
+/// callback of a block with the same memory callback on every access
+/// takes effect after that instruction, before the next access.
+#[test]
+fn a_flush_through_a_handle_from_a_memory_callback_ends_the_block_after_it() {
+    let code = [ld(1, 4, 0), ld(2, 4, 8), ld(3, 4, 16), syscall()];
+    let mut mem = machine(&code);
+    let mut engine = Engine::new(Toy);
+    let flush = engine.flush_handle();
+    let translations = Arc::new(AtomicU64::new(0));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (t, s) = (translations.clone(), seen.clone());
+    let on_load: MemCallback = Arc::new(move |ctx: &mut CallbackContext<'_>, _: &MemAccessInfo| {
+        s.lock().unwrap().push((ctx.pc(), t.load(Relaxed)));
+        if ctx.pc() == CODE {
+            flush.request_flush();
+        }
+    });
+    let t = translations.clone();
+    install(&mut engine, move |_tb, plan| {
+        t.fetch_add(1, Relaxed);
+        for insn in plan.insns() {
+            insn.on_memory(MemFilter::Reads, MemAction::Callback(&on_load));
+        }
+    });
+    let flushes = engine.stats().flushes;
+    let mut cpu = cpu_at(CODE);
+    cpu.x[4] = DATA;
+    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
+    // The second load ran in a block translated after the flush.
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [(CODE, 1), (CODE + 4, 2), (CODE + 8, 2)]
+    );
+    assert_eq!(engine.stats().flushes, flushes + 1);
+}
+
 #[test]
 fn memory_actions_on_instructions_without_accesses_are_dropped_at_translation() {
     // Two addis and a syscall: no instruction the frontend marks as
