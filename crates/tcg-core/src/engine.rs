@@ -808,18 +808,11 @@ impl<F: Frontend> Engine<F> {
                 F::set_pc(cpu, pc);
                 // Memory-watching blocks run here, the other instrumented
                 // ones out of line (see `exec_hooked`).
-                let mut requests = Requests::default();
-                let ctx = CallbackContext {
-                    vcpu: vcpu.index,
-                    pc: tb.pc,
-                    registers: None,
-                    mem,
-                    requests: &mut requests,
-                };
                 let end = match Self::mem_each_plan(current, tb) {
                     Some(MemEachPlan::One(filter, watch)) => {
+                        let mut requests = Requests::default();
                         let access = WatchedMem {
-                            ctx,
+                            ctx: CallbackContext::new(vcpu.index, mem, &mut requests),
                             filter,
                             watch,
                             signals: &self.signals,
@@ -827,8 +820,9 @@ impl<F: Frontend> Engine<F> {
                         Self::exec_mem_each(access, tb, current, cpu)
                     }
                     Some(MemEachPlan::Several(watch)) => {
+                        let mut requests = Requests::default();
                         let access = WatchedMem {
-                            ctx,
+                            ctx: CallbackContext::new(vcpu.index, mem, &mut requests),
                             // Each action checks its own filter.
                             filter: MemFilter::All,
                             watch,
@@ -836,7 +830,7 @@ impl<F: Frontend> Engine<F> {
                         };
                         Self::exec_mem_each(access, tb, current, cpu)
                     }
-                    None => Self::exec_hooked(current, &self.signals, vcpu.index, tb, cpu, ctx.mem),
+                    None => Self::exec_hooked(current, &self.signals, vcpu.index, tb, cpu, mem),
                 };
                 insns += u64::from(end.executed);
                 pc = end.next_pc;

@@ -846,7 +846,20 @@ impl fmt::Debug for CallbackContext<'_> {
     }
 }
 
-impl CallbackContext<'_> {
+impl<'a> CallbackContext<'a> {
+    /// A memory callback's context on `vcpu` (no registers), its pc set
+    /// as the instructions go.
+    #[inline(always)]
+    pub(crate) fn new(vcpu: u32, mem: &'a mut GuestMemory, requests: &'a mut Requests) -> Self {
+        CallbackContext {
+            vcpu,
+            pc: 0,
+            registers: None,
+            mem,
+            requests,
+        }
+    }
+
     /// Index of the executing vCPU.
     pub fn vcpu(&self) -> u32 {
         self.vcpu
