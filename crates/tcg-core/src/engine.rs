@@ -984,9 +984,12 @@ impl<F: Frontend> Engine<F> {
         let id = self
             .current
             .insert(pc, flags, size, &self.scratch_ops, &self.scratch_raws, plan);
-        // The plan's callback handles now live in the generation; holding
-        // them here too would keep an uninstalled plugin's closures alive.
-        self.scratch_plan.clear();
+        // The plan's actions are compiled into the generation now. (With
+        // no instrumentation nothing was attached: a bare translation
+        // skips this.)
+        if self.instrumentation.is_some() {
+            self.scratch_plan.clear();
+        }
         self.stats.tbs_translated += 1;
         if let Some(events) = &mut self.events {
             events.block_translated(pc, count(self.scratch_ops.len()), size);
