@@ -1117,7 +1117,7 @@ mod reset {
 
     /// The fewest runs of each kind the reset section makes, whatever
     /// `--runs` says: its figures are differences of minima.
-    pub const MIN_RUNS: usize = 5;
+    pub const MIN_RUNS: usize = 7;
     /// Resets a measured run aims at, so their cost stands out of the noise
     /// (QEMU's cost about a millisecond each on the real-world workloads).
     const TARGET_RESETS: u64 = 2_000;
