@@ -453,9 +453,10 @@ impl PlanSlots {
     }
 }
 
-/// Placeholders for room made in the arrays before a plan is compiled
-/// into it.
-const EMPTY_HOOK: InsnHook = InsnHook {
+/// A hook with no action: the placeholder for room made in the arrays
+/// before a plan is compiled into it, and the loop's stand-in for a block
+/// without hooks.
+pub(crate) const EMPTY_HOOK: InsnHook = InsnHook {
     actions_start: 0,
     mem_start: 0,
     actions_len: 0,
@@ -463,6 +464,8 @@ const EMPTY_HOOK: InsnHook = InsnHook {
     mem_calls: false,
     sole_call: NONE,
 };
+/// Placeholders for room made in the arrays before a plan is compiled
+/// into it.
 const EMPTY_ACTION: CompiledAction = CompiledAction::Call { cb: NONE };
 const EMPTY_MEM: CompiledMem = CompiledMem {
     filter: MemFilter::All,

@@ -27,8 +27,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::cache::{
-    CompiledAction, CompiledMemKind, CountTally, ExecMode, Generation, InsnHook, NONE, TbHeader,
-    TbOp,
+    CompiledAction, CompiledMemKind, CountTally, EMPTY_HOOK, ExecMode, Generation, InsnHook, NONE,
+    TbHeader, TbOp,
 };
 use crate::frontend::{CpuExit, DecodeError, Flow, Frontend, MemAccess, sign_extend};
 use crate::instrument::{
@@ -1468,16 +1468,6 @@ impl<F: Frontend> Engine<F> {
         called
     }
 }
-
-/// The hook of a block without one (never stored: keeps the loop total).
-const EMPTY_HOOK: InsnHook = InsnHook {
-    actions_start: 0,
-    mem_start: 0,
-    actions_len: 0,
-    mem_len: 0,
-    mem_calls: false,
-    sole_call: NONE,
-};
 
 /// An instruction count within one block (at most `MAX_BLOCK_INSNS`).
 #[inline(always)]
