@@ -221,14 +221,17 @@ struct TransEntry {
     cb: TransCb,
 }
 
-/// Every live tb_trans callback, and the symbols their views report.
 /// The registrations a translation ran with, kept in the engine's plan
 /// memo ([`TbPlan::memo`]) for the next one.
 struct TransMemo {
+    /// Which host's (the address of its version counter): an engine
+    /// given another host drops its memo anyway, this makes sure.
+    host: usize,
     version: u64,
     trans: Arc<TransSnapshot>,
 }
 
+/// Every live tb_trans callback, and the symbols their views report.
 #[derive(Default)]
 struct TransSnapshot {
     entries: Vec<TransEntry>,
@@ -477,16 +480,18 @@ impl Instrumentation for Inner {
         // count (re-planning after a reset translates every block run
         // again). Plugin code runs with no lock held (it may register more
         // callbacks).
+        let host = Arc::as_ptr(&self.trans_version) as usize;
         let version = self.trans_version.load(Ordering::Acquire);
         let current = |plan: &TbPlan| {
             plan.memo_ref()
                 .and_then(|memo| memo.downcast_ref::<TransMemo>())
-                .filter(|memo| memo.version == version)
+                .filter(|memo| memo.host == host && memo.version == version)
                 .is_some()
         };
         if !current(plan) {
             let state = self.state();
             let memo = TransMemo {
+                host,
                 version: state.trans_version.load(Ordering::Acquire),
                 trans: Arc::clone(&state.trans),
             };
