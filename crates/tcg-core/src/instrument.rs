@@ -716,22 +716,20 @@ impl TbPlan {
     /// order among those of one instruction) unless they already are.
     pub(crate) fn finish(&mut self, mut keep: impl FnMut(usize) -> bool) {
         let data = self.data.get_mut();
-        let before = data.mem.len();
-        if before != 0 {
-            data.mem.retain(|&(insn, _)| keep(insn as usize));
-        }
-        if data.mem.len() != before {
-            // Recount the callbacks' uses: a callback no action names any
-            // more is not given a slot when the plan is compiled.
+        // A dropped callback action gives back its use: a callback no
+        // action names any more is not given a slot when the plan is
+        // compiled.
+        if !data.mem.is_empty() {
             let uses = &mut data.tables.mem_callback_uses;
-            uses.iter_mut().for_each(|n| *n = 0);
-            for (_, action) in &data.mem {
-                if let CompiledMemKind::Call { cb } = action.kind {
+            data.mem.retain(|&(insn, action)| {
+                let kept = keep(insn as usize);
+                if let (false, CompiledMemKind::Call { cb }) = (kept, action.kind) {
                     if let Some(n) = uses.get_mut(cb as usize) {
-                        *n += 1;
+                        *n = n.saturating_sub(1);
                     }
                 }
-            }
+                kept
+            });
         }
         if !data.in_order {
             data.exec.sort_by_key(|&(at, _)| at);
