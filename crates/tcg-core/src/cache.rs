@@ -703,12 +703,7 @@ impl<Op: Copy> Generation<Op> {
                 (mode, start, len)
             }
             Some(plan) => {
-                let at = self.make_room(Extents {
-                    hooks: insns + 1,
-                    actions: plan.exec.len(),
-                    mem: plan.mem.len(),
-                    ..Extents::default()
-                });
+                let at = self.make_room(hooks_room(plan, insns));
                 let mode = self.compile_hooks(plan, insns, at, ops_start);
                 (mode, idx(at.hooks), idx(insns + 1))
             }
@@ -830,12 +825,7 @@ impl<Op: Copy> Generation<Op> {
         let (mode, instr_start, instr_len) = match plan {
             Some(plan) if !runs_as_tally(plan) => {
                 self.resolve_tables(&plan.tables);
-                let need = Extents {
-                    hooks: insns + 1,
-                    actions: plan.exec.len(),
-                    mem: plan.mem.len(),
-                    ..Extents::default()
-                };
+                let need = hooks_room(plan, insns);
                 let at = match old_slot {
                     Some(slot) if old.mode.runs_steps() && need.fits_in(slot.len) => {
                         self.stale_entries += slot.len.total() - need.total();
@@ -1285,6 +1275,17 @@ impl<Op: Copy> Generation<Op> {
             }
         }
         self.dead_tbs - before
+    }
+}
+
+/// The room a plan of hooks takes in the arrays for a block of `insns`
+/// instructions: the entry hook and one per instruction, and its actions.
+fn hooks_room(plan: &PlanData, insns: usize) -> Extents {
+    Extents {
+        hooks: insns + 1,
+        actions: plan.exec.len(),
+        mem: plan.mem.len(),
+        ..Extents::default()
     }
 }
 
