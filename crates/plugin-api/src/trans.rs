@@ -302,12 +302,14 @@ impl<'a> TbTrans<'a> {
     }
 
     /// Calls the shared callback `cb` each time the block is entered.
+    #[inline]
     pub fn on_exec_shared(&mut self, cb: &SharedExecCallback) {
         self.plan.on_entry(Action::Callback(&cb.cb));
     }
 
     /// Applies `kind` to `slot` of the executing vCPU's row of `board`
     /// each time the block is entered, without a call.
+    #[inline]
     pub fn on_exec_inline(&mut self, board: &Arc<Scoreboard>, slot: usize, kind: InlineKind) {
         self.plan
             .on_entry(Action::Inline(inline(board, slot, kind)));
@@ -416,12 +418,14 @@ impl InsnTrans<'_> {
     }
 
     /// Calls the shared callback `cb` before the instruction executes.
+    #[inline]
     pub fn on_exec_shared(&mut self, cb: &SharedExecCallback) {
         self.on_execute(Action::Callback(&cb.cb));
     }
 
     /// Applies `kind` to `slot` of the executing vCPU's row of `board`
     /// before the instruction executes, without a call.
+    #[inline]
     pub fn on_exec_inline(&mut self, board: &Arc<Scoreboard>, slot: usize, kind: InlineKind) {
         self.on_execute(Action::Inline(inline(board, slot, kind)));
     }
@@ -459,12 +463,14 @@ impl InsnTrans<'_> {
 
     /// Calls the shared callback `cb` after each of the instruction's memory
     /// accesses that `filter` selects (see [`InsnTrans::on_mem`]).
+    #[inline]
     pub fn on_mem_shared(&mut self, filter: MemFilter, cb: &SharedMemCallback) {
         self.on_memory(filter, MemAction::Callback(&cb.cb));
     }
 
     /// Applies `kind` to the scoreboard entry on each selected access,
     /// without a call.
+    #[inline]
     pub fn on_mem_inline(
         &mut self,
         filter: MemFilter,

@@ -373,6 +373,15 @@ pub struct EngineStats {
     pub retired_bytes: u64,
 }
 
+/// The engine's fields [`Engine::plan_block`] uses, borrowed apart from
+/// the rest so that the block's ops may be borrowed where they are.
+struct PlanParts<'a, F: Frontend> {
+    instrumentation: Option<&'a dyn Instrumentation>,
+    frontend: &'a F,
+    insns: &'a [InsnInfo],
+    plan: &'a mut TbPlan,
+}
+
 /// How a block's execution ended.
 struct BlockEnd {
     next_pc: u64,
@@ -979,7 +988,18 @@ impl<F: Frontend> Engine<F> {
             }
         }
         let size = u32::try_from(at.wrapping_sub(pc)).unwrap_or(u32::MAX);
-        let planned = self.plan_block(pc, flags, size);
+        let planned = Self::plan_block(
+            PlanParts {
+                instrumentation: self.instrumentation.as_deref(),
+                frontend: &self.frontend,
+                insns: &self.scratch_insns,
+                plan: &mut self.scratch_plan,
+            },
+            &self.scratch_ops,
+            pc,
+            flags,
+            size,
+        );
         let plan = planned.then_some(&*self.scratch_plan.data());
         let id = self
             .current
@@ -997,33 +1017,44 @@ impl<F: Frontend> Engine<F> {
         Ok(id)
     }
 
-    /// Asks the instrumentation for the plan of the block described by
-    /// `scratch_insns` and `scratch_ops` into `scratch_plan`; returns
-    /// whether anything was attached.
-    fn plan_block(&mut self, pc: u64, flags: u32, size: u32) -> bool {
-        let Some(instr) = &self.instrumentation else {
+    /// Asks the instrumentation for the plan of the block whose
+    /// instructions are `parts.insns` into `parts.plan`; returns whether
+    /// anything was attached. The block's `ops` are read where they are
+    /// (re-planning takes them from the generation, not from a copy),
+    /// hence the engine's fields passed apart.
+    fn plan_block(
+        parts: PlanParts<'_, F>,
+        ops: &[TbOp<F::Op>],
+        pc: u64,
+        flags: u32,
+        size: u32,
+    ) -> bool {
+        let PlanParts {
+            instrumentation,
+            frontend,
+            insns,
+            plan,
+        } = parts;
+        let Some(instr) = instrumentation else {
             return false;
         };
-        self.scratch_plan.reset(self.scratch_insns.len());
-        let frontend = &self.frontend;
+        plan.reset(insns.len());
         let disassembler = |raw: &[u8], pc: u64| frontend.disassemble(raw, pc);
         let view = TbView {
             pc,
             flags,
             size: u64::from(size),
-            insns: &self.scratch_insns,
+            insns,
             disassembler: &disassembler,
             register_names: frontend.register_names(),
         };
-        instr.translate(&view, &mut self.scratch_plan);
+        instr.translate(&view, plan);
         // Memory actions on an instruction that never accesses memory
         // could never run: dropping them lets such instructions (most
         // of them, for a plugin that watches every instruction's
         // accesses) run without a hook.
-        let ops = &self.scratch_ops;
-        self.scratch_plan
-            .finish(|i| ops.get(i).is_some_and(|op| op.accesses_memory));
-        !self.scratch_plan.is_empty()
+        plan.finish(|i| ops.get(i).is_some_and(|op| op.accesses_memory));
+        !plan.is_empty()
     }
 
     /// Plans block `id` again after a re-instrumentation, from its cached
@@ -1035,8 +1066,6 @@ impl<F: Frontend> Engine<F> {
         let Some(&tb) = self.current.tbs.get(id as usize) else {
             return;
         };
-        self.scratch_ops.clear();
-        self.scratch_raws.clear();
         self.scratch_insns.clear();
         let range = tb.ops_start as usize..tb.ops_end as usize;
         let (Some(ops), Some(raws)) = (
@@ -1045,14 +1074,19 @@ impl<F: Frontend> Engine<F> {
         ) else {
             return;
         };
-        self.scratch_ops.extend_from_slice(ops);
         self.scratch_insns
             .extend(ops.iter().zip(raws).map(|(op, &raw)| InsnInfo {
                 pc: tb.pc.wrapping_add(u64::from(op.offset)),
                 len: op.len,
                 raw,
             }));
-        let planned = self.plan_block(tb.pc, tb.flags, tb.size);
+        let parts = PlanParts {
+            instrumentation: self.instrumentation.as_deref(),
+            frontend: &self.frontend,
+            insns: &self.scratch_insns,
+            plan: &mut self.scratch_plan,
+        };
+        let planned = Self::plan_block(parts, ops, tb.pc, tb.flags, tb.size);
         self.current
             .replan(id, planned.then_some(&*self.scratch_plan.data()));
         self.scratch_plan.clear();

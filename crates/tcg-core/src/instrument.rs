@@ -628,6 +628,11 @@ fn unused_out<T: ?Sized, const N: usize>(
     table: &mut SmallVec<[Arc<T>; N]>,
     uses: &mut SmallVec<[u32; N]>,
 ) {
+    if uses.len() == table.len() && uses.iter().all(|&n| n != 0) {
+        // The usual case after a block: every kept entry was named again.
+        uses.iter_mut().for_each(|n| *n = 0);
+        return;
+    }
     uses.resize(table.len(), 0);
     for i in (0..table.len()).rev() {
         if uses.get(i) == Some(&0) {
