@@ -476,6 +476,28 @@ fn arc_key<T: ?Sized>(arc: &Arc<T>) -> usize {
     Arc::as_ptr(arc).cast::<()>() as usize
 }
 
+/// The index of `board` in a generation's `boards` (indexed by
+/// `board_ids`), added if new.
+fn board_index(
+    boards: &mut Vec<Arc<Scoreboard>>,
+    board_ids: &mut HashMap<usize, u32>,
+    board: &Arc<Scoreboard>,
+) -> u32 {
+    if let Some(last) = boards.last() {
+        if Arc::ptr_eq(last, board) {
+            return idx(boards.len() - 1);
+        }
+    }
+    let key = arc_key(board);
+    if let Some(&i) = board_ids.get(&key) {
+        return i;
+    }
+    let i = idx(boards.len());
+    boards.push(Arc::clone(board));
+    board_ids.insert(key, i);
+    i
+}
+
 #[inline]
 fn idx(len: usize) -> u32 {
     u32::try_from(len).unwrap_or(NONE)
@@ -976,29 +998,37 @@ impl<Op: Copy> Generation<Op> {
     /// Resolves the plan's callbacks and scoreboards to this generation's,
     /// counting the uses of each callback.
     fn resolve_tables(&mut self, tables: &PlanTables) {
-        let mut slots = std::mem::take(&mut self.plan_slots);
+        // The fields apart, not the slots moved out and back: that copy of
+        // the slots' headers cost more than the rest of this function.
+        let Generation {
+            plan_slots: slots,
+            callbacks,
+            callback_uses,
+            mem_callbacks,
+            mem_callback_uses,
+            boards,
+            board_ids,
+            ..
+        } = self;
         slots.boards.clear();
         for board in &tables.boards {
-            slots.boards.push(self.board_index(board));
+            slots.boards.push(board_index(boards, board_ids, board));
         }
         slots.callbacks.clear();
         for (cb, &uses) in tables.callbacks.iter().zip(&tables.callback_uses) {
             slots.callbacks.push(match uses {
                 // Named by no action: given no slot, so nothing keeps it.
                 0 => NONE,
-                n => self.callback_uses.slot_for(&mut self.callbacks, cb, n),
+                n => callback_uses.slot_for(callbacks, cb, n),
             });
         }
         slots.mem_callbacks.clear();
         for (cb, &uses) in tables.mem_callbacks.iter().zip(&tables.mem_callback_uses) {
             slots.mem_callbacks.push(match uses {
                 0 => NONE,
-                n => self
-                    .mem_callback_uses
-                    .slot_for(&mut self.mem_callbacks, cb, n),
+                n => mem_callback_uses.slot_for(mem_callbacks, cb, n),
             });
         }
-        self.plan_slots = slots;
     }
 
     /// Forgets the callbacks the actions of `slot` name (a plan about to be
@@ -1018,22 +1048,6 @@ impl<Op: Copy> Generation<Op> {
                     .release(&mut self.mem_callbacks, cb, &NOOP_MEM_CALLBACK);
             }
         }
-    }
-
-    fn board_index(&mut self, board: &Arc<Scoreboard>) -> u32 {
-        let key = arc_key(board);
-        if let Some(last) = self.boards.last() {
-            if Arc::ptr_eq(last, board) {
-                return idx(self.boards.len() - 1);
-            }
-        }
-        if let Some(&i) = self.board_ids.get(&key) {
-            return i;
-        }
-        let i = idx(self.boards.len());
-        self.boards.push(Arc::clone(board));
-        self.board_ids.insert(key, i);
-        i
     }
 
     /// Compiles a plan of inline adds only into one [`Tally`] per
