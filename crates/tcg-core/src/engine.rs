@@ -33,7 +33,7 @@ use crate::cache::{
 use crate::frontend::{CpuExit, DecodeError, Flow, Frontend, MemAccess, sign_extend};
 use crate::instrument::{
     CallbackContext, InlineKind, InsnInfo, Instrumentation, MemAccessInfo, MemCallback, MemFilter,
-    Requests, Scoreboard, TbPlan, TbView,
+    NoRegisters, Registers, Requests, Scoreboard, TbPlan, TbView,
 };
 use crate::memory::{GuestMemory, MemFault, PAGE_SIZE};
 
@@ -1307,32 +1307,42 @@ impl<F: Frontend> Engine<F> {
         let ops = generation.ops_of(tb).unwrap_or_default();
         let base = tb.pc;
         let mut requests = Requests::default();
+        // One context for the block: each instruction moves its pc, and
+        // executes through the register file and memory it holds.
+        let mut ctx = CallbackContext {
+            vcpu,
+            pc: base,
+            mem,
+            requests: &mut requests,
+            registers: CpuRegisters::<F>(cpu),
+        };
         let mut iter = ops.iter();
         while let Some(op) = iter.next() {
             let pc = base.wrapping_add(u64::from(op.offset));
-            F::set_pc(cpu, pc);
-            call::<F>(cb, vcpu, pc, cpu, mem, &mut requests);
+            F::set_pc(ctx.registers.0, pc);
+            ctx.pc = pc;
+            cb(&mut ctx);
             let executed = count(ops.len() - iter.len());
-            match F::execute(cpu, &op.op, pc, mem) {
+            match F::execute(ctx.registers.0, &op.op, pc, ctx.mem) {
                 Flow::Next => {}
                 Flow::Jump(target) => {
                     return BlockEnd {
                         next_pc: target,
                         executed,
                         exit: None,
-                        requests,
+                        requests: *ctx.requests,
                     };
                 }
                 Flow::Exit(exit) => {
-                    return Self::exit_at(exit, pc, op.len, executed, requests);
+                    return Self::exit_at(exit, pc, op.len, executed, *ctx.requests);
                 }
             }
-            if requests.any() || signals.pending.load(Ordering::Relaxed) != 0 {
+            if ctx.requests.any() || signals.pending.load(Ordering::Relaxed) != 0 {
                 return BlockEnd {
                     next_pc: pc.wrapping_add(u64::from(op.len)),
                     executed,
                     exit: None,
-                    requests,
+                    requests: *ctx.requests,
                 };
             }
         }
@@ -1340,7 +1350,7 @@ impl<F: Frontend> Engine<F> {
             next_pc: base.wrapping_add(u64::from(tb.size)),
             executed: count(ops.len()),
             exit: None,
-            requests,
+            requests: *ctx.requests,
         }
     }
 
@@ -1520,19 +1530,30 @@ fn call<F: Frontend>(
     cb: &InsnCallbackFn,
     vcpu: u32,
     pc: u64,
-    cpu: &F::Cpu,
+    cpu: &mut F::Cpu,
     mem: &mut GuestMemory,
     requests: &mut Requests,
 ) {
-    let registers = |name: &str| F::read_register(cpu, name);
     let mut ctx = CallbackContext {
         vcpu,
         pc,
-        registers: Some(&registers),
         mem,
         requests,
+        registers: CpuRegisters::<F>(cpu),
     };
     cb(&mut ctx);
+}
+
+/// The executing vCPU's register file, as callbacks read it. A block's
+/// callback context holds it, and the block's instructions execute through
+/// it.
+struct CpuRegisters<'a, F: Frontend>(&'a mut F::Cpu);
+
+impl<F: Frontend> Registers for CpuRegisters<'_, F> {
+    #[inline]
+    fn read(&self, name: &str) -> Option<u64> {
+        F::read_register(self.0, name)
+    }
 }
 
 /// A memory callback behind its `Arc`.
@@ -1580,7 +1601,7 @@ enum MemEachPlan<'a> {
 /// `filter` selects runs the block's actions. The callback context is made
 /// once per block (the loop moves its pc along), not once per access.
 struct WatchedMem<'a, W> {
-    ctx: CallbackContext<'a>,
+    ctx: CallbackContext<'a, NoRegisters>,
     filter: MemFilter,
     watch: W,
     signals: &'a Signals,
@@ -1704,9 +1725,9 @@ impl MemActions<'_> {
                         let mut ctx = CallbackContext {
                             vcpu,
                             pc,
-                            registers: None,
                             mem: &mut *mem,
                             requests: &mut *requests,
+                            registers: NoRegisters,
                         };
                         cb(&mut ctx, info);
                     }

@@ -791,8 +791,25 @@ pub struct MemAccessInfo {
     pub value: u64,
 }
 
-/// Reads a register of the executing vCPU by name.
-pub(crate) type RegisterReader<'a> = dyn Fn(&str) -> Option<u64> + 'a;
+/// The executing vCPU's registers, read by name: what
+/// [`CallbackContext::read_register`] reads through. The engine implements
+/// it over its frontend's register file; a callback only ever sees
+/// `dyn Registers`.
+pub trait Registers {
+    /// The value of register `name`, or `None` for a name it does not know.
+    fn read(&self, name: &str) -> Option<u64>;
+}
+
+/// No registers to read: memory callbacks run while the instruction is
+/// updating the register file.
+pub(crate) struct NoRegisters;
+
+impl Registers for NoRegisters {
+    #[inline]
+    fn read(&self, _name: &str) -> Option<u64> {
+        None
+    }
+}
 
 /// Requests made by callbacks, honoured at the next safe point.
 #[derive(Clone, Copy, Debug, Default)]
@@ -832,15 +849,22 @@ impl Requests {
 }
 
 /// What a callback may see and do. Valid only for the duration of the call.
-pub struct CallbackContext<'a> {
+///
+/// Callbacks receive it with its default `R`, `dyn Registers`. The
+/// engine keeps one context for a whole block, holding the vCPU's register
+/// file by its concrete type (the block's instructions execute through
+/// it), and hands each callback that context unsized: no context is built
+/// per call.
+pub struct CallbackContext<'a, R: ?Sized = dyn Registers + 'a> {
     pub(crate) vcpu: u32,
     pub(crate) pc: u64,
-    pub(crate) registers: Option<&'a RegisterReader<'a>>,
     pub(crate) mem: &'a mut GuestMemory,
     pub(crate) requests: &'a mut Requests,
+    /// Last: the field the context is unsized over.
+    pub(crate) registers: R,
 }
 
-impl fmt::Debug for CallbackContext<'_> {
+impl<R: ?Sized> fmt::Debug for CallbackContext<'_, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CallbackContext")
             .field("vcpu", &self.vcpu)
@@ -849,7 +873,7 @@ impl fmt::Debug for CallbackContext<'_> {
     }
 }
 
-impl<'a> CallbackContext<'a> {
+impl<'a> CallbackContext<'a, NoRegisters> {
     /// A memory callback's context on `vcpu` (no registers), its pc set
     /// as the instructions go.
     #[inline(always)]
@@ -857,12 +881,14 @@ impl<'a> CallbackContext<'a> {
         CallbackContext {
             vcpu,
             pc: 0,
-            registers: None,
             mem,
             requests,
+            registers: NoRegisters,
         }
     }
+}
 
+impl<R: Registers + ?Sized> CallbackContext<'_, R> {
     /// Index of the executing vCPU.
     pub fn vcpu(&self) -> u32 {
         self.vcpu
@@ -876,7 +902,7 @@ impl<'a> CallbackContext<'a> {
     /// address); `None` in memory callbacks, which run while the instruction
     /// is updating the register file, and for unknown names.
     pub fn read_register(&self, name: &str) -> Option<u64> {
-        self.registers.and_then(|read| read(name))
+        self.registers.read(name)
     }
     /// Reads guest memory (permissions are checked as for a guest load).
     pub fn read_memory(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), MemFault> {

@@ -114,7 +114,7 @@ pub use engine::{Engine, EngineEvents, EngineStats, ExitHandle, FlushHandle, Vcp
 pub use frontend::{CpuExit, DecodeError, Decoded, Flow, Frontend, MemAccess, sign_extend};
 pub use instrument::{
     Action, CallbackContext, Compare, Condition, InlineKind, InlineOp, InsnCallback, InsnInfo,
-    InsnPlan, Instrumentation, MemAccessInfo, MemAction, MemCallback, MemFilter, Scoreboard,
-    TbPlan, TbView,
+    InsnPlan, Instrumentation, MemAccessInfo, MemAction, MemCallback, MemFilter, Registers,
+    Scoreboard, TbPlan, TbView,
 };
 pub use memory::{AccessKind, GuestMemory, MemError, MemFault, MemFaultKind, PAGE_SIZE, Perms};

@@ -563,6 +563,47 @@ fn instruction_callbacks_read_registers_and_memory() {
 }
 
 #[test]
+fn one_callback_on_every_instruction_reads_each_ones_registers_and_memory() {
+    // The same callback before every instruction runs the block through
+    // one context (`ExecMode::CallEach`): each call must still see its own
+    // instruction's pc and the state the previous instructions left.
+    let code = [addi(1, 0, 77), sd(1, 4, 0), addi(1, 1, 1), syscall()];
+    let mut mem = machine(&code);
+    let mut engine = Engine::new(Toy);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let cb: InsnCallback = Arc::new(move |ctx: &mut CallbackContext<'_>| {
+        let mut word = [0u8; 8];
+        ctx.read_memory(DATA, &mut word).unwrap();
+        s.lock().unwrap().push((
+            ctx.pc(),
+            ctx.read_register("pc"),
+            ctx.read_register("r1"),
+            u64::from_le_bytes(word),
+        ));
+    });
+    install(&mut engine, move |_tb, plan| {
+        for insn in plan.insns() {
+            insn.on_execute(Action::Callback(&cb));
+        }
+    });
+    let mut cpu = cpu_at(CODE);
+    cpu.x[4] = DATA;
+    engine.run(&mut cpu, &mut mem);
+    let pcs = |i: u64| CODE + 4 * i;
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec![
+            (pcs(0), Some(pcs(0)), Some(0), 0),
+            (pcs(1), Some(pcs(1)), Some(77), 0),
+            (pcs(2), Some(pcs(2)), Some(77), 77),
+            (pcs(3), Some(pcs(3)), Some(78), 77),
+        ]
+    );
+    assert_eq!(cpu.x[1], 78);
+}
+
+#[test]
 fn exit_requested_from_a_callback_stops_after_the_instruction() {
     let code = [addi(1, 0, 1), addi(2, 0, 2), addi(3, 0, 3), syscall()];
     let mut mem = machine(&code);
