@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use tcgkit_tcg_core::{
     Action, CallbackContext, Compare, Condition, InlineKind, InlineOp, InsnCallback, InsnInfo,
-    MemAccessInfo, MemAction, MemCallback, MemFilter, Scoreboard, TbPlan, TbView,
+    InsnPlan, MemAccessInfo, MemAction, MemCallback, MemFilter, Scoreboard, TbPlan, TbView,
 };
 
 use crate::PluginError;
@@ -269,7 +269,7 @@ impl<'a> TbTrans<'a> {
             info,
             index,
             view: self.view,
-            plan: self.plan,
+            plan: self.plan.insn(index)?,
             guard: self.guard,
             symbols: self.symbols,
         })
@@ -277,11 +277,12 @@ impl<'a> TbTrans<'a> {
 
     /// Every instruction in order, to inspect and instrument.
     pub fn insns(&mut self) -> impl Iterator<Item = InsnTrans<'_>> {
-        let (view, plan, guard, symbols) = (self.view, self.plan, self.guard, self.symbols);
+        let (view, guard, symbols) = (self.view, self.guard, self.symbols);
         view.insns()
             .iter()
+            .zip(self.plan.insns())
             .enumerate()
-            .map(move |(index, &info)| InsnTrans {
+            .map(move |(index, (&info, plan))| InsnTrans {
                 info,
                 index,
                 view,
@@ -339,7 +340,8 @@ pub struct InsnTrans<'a> {
     info: InsnInfo,
     index: usize,
     view: &'a TbView<'a>,
-    plan: &'a TbPlan,
+    /// This instruction's part of the plan, its index checked once.
+    plan: InsnPlan<'a>,
     guard: &'a Guard,
     symbols: &'a SymbolTable,
 }
@@ -358,18 +360,14 @@ impl InsnTrans<'_> {
     /// caller's action variant is then known, and the attaching code folds).
     #[inline(always)]
     fn on_execute(&self, action: Action<'_>) {
-        if let Some(insn) = self.plan.insn(self.index) {
-            insn.on_execute(action);
-        }
+        self.plan.on_execute(action);
     }
 
     /// Attaches a memory action to this instruction (inlined as
     /// `on_execute` is).
     #[inline(always)]
     fn on_memory(&self, filter: MemFilter, action: MemAction<'_>) {
-        if let Some(insn) = self.plan.insn(self.index) {
-            insn.on_memory(filter, action);
-        }
+        self.plan.on_memory(filter, action);
     }
 
     /// Position in the block.

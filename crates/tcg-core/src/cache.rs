@@ -478,6 +478,7 @@ fn arc_key<T: ?Sized>(arc: &Arc<T>) -> usize {
 
 /// The index of `board` in a generation's `boards` (indexed by
 /// `board_ids`), added if new.
+#[inline]
 fn board_index(
     boards: &mut Vec<Arc<Scoreboard>>,
     board_ids: &mut HashMap<usize, u32>,
@@ -1179,14 +1180,21 @@ impl<Op: Copy> Generation<Op> {
         }
         // One pass down the (ordered) actions, closing a hook whenever the
         // instruction they name moves on.
-        let (mut exec, mut mem) = (plan.exec.iter().peekable(), plan.mem.iter().peekable());
-        let (mut e, mut m) = (at.actions, at.mem);
+        let (exec, mem) = (plan.exec.as_slice(), plan.mem.as_slice());
+        let (mut e, mut m) = (0usize, 0usize);
+        // Where this block's actions start in the generation's arrays, in
+        // the hooks' 32 bits once (a plan holds at most
+        // `MAX_PLAN_ACTIONS`, so the sums below stay in range).
+        let (actions_at, mem_at) = (idx(at.actions), idx(at.mem));
         for (here, hook) in (0u32..).zip(hooks.iter_mut()) {
             let (e0, m0) = (e, m);
             let mut sole_call = NONE;
-            while let Some((_, action)) = exec.next_if(|&&(a, _)| a == here) {
+            while let Some(&(insn, action)) = exec.get(e) {
+                if insn != here {
+                    break;
+                }
                 sole_call = match (e == e0, action) {
-                    (true, CompiledAction::Call { cb }) => plan_slots.callback(*cb),
+                    (true, CompiledAction::Call { cb }) => plan_slots.callback(cb),
                     _ => NONE,
                 };
                 e += 1;
@@ -1194,14 +1202,18 @@ impl<Op: Copy> Generation<Op> {
             // Memory actions name their instruction: hook `here` is
             // instruction `here - 1`'s (the entry hook has none).
             let mut mem_calls = false;
-            while let Some((_, action)) = mem.next_if(|&&(i, _)| i + 1 == here) {
+            while let Some(&(insn, action)) = mem.get(m) {
+                if insn + 1 != here {
+                    break;
+                }
                 mem_calls |= matches!(action.kind, CompiledMemKind::Call { .. });
                 m += 1;
             }
             *hook = InsnHook {
-                actions_start: idx(e0),
+                actions_start: actions_at.wrapping_add(e0 as u32),
                 actions_len: len16(e - e0),
-                mem_start: if here == 0 { 0 } else { idx(m0) },
+                // (The entry hook's is where the first instruction's start.)
+                mem_start: mem_at.wrapping_add(m0 as u32),
                 mem_len: len16(m - m0),
                 mem_calls,
                 // Mostly one callback (one instruction-counting plugin):
