@@ -988,18 +988,20 @@ impl<F: Frontend> Engine<F> {
             }
         }
         let size = u32::try_from(at.wrapping_sub(pc)).unwrap_or(u32::MAX);
-        let planned = Self::plan_block(
-            PlanParts {
-                instrumentation: self.instrumentation.as_deref(),
-                frontend: &self.frontend,
-                insns: &self.scratch_insns,
-                plan: &mut self.scratch_plan,
-            },
-            &self.scratch_ops,
-            pc,
-            flags,
-            size,
-        );
+        // (A bare translation does not call out to plan at all.)
+        let planned = self.instrumentation.is_some()
+            && Self::plan_block(
+                PlanParts {
+                    instrumentation: self.instrumentation.as_deref(),
+                    frontend: &self.frontend,
+                    insns: &self.scratch_insns,
+                    plan: &mut self.scratch_plan,
+                },
+                &self.scratch_ops,
+                pc,
+                flags,
+                size,
+            );
         let plan = planned.then_some(&*self.scratch_plan.data());
         let id = self
             .current
