@@ -1212,7 +1212,8 @@ impl<Op: Copy> Generation<Op> {
             *hook = InsnHook {
                 actions_start: actions_at.wrapping_add(e0 as u32),
                 actions_len: len16(e - e0),
-                // (The entry hook's is where the first instruction's start.)
+                // (The entry hook, which has none, gets where the first
+                // instruction's start.)
                 mem_start: mem_at.wrapping_add(m0 as u32),
                 mem_len: len16(m - m0),
                 mem_calls,

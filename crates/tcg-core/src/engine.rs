@@ -1546,9 +1546,9 @@ fn call<F: Frontend>(
     cb(&mut ctx);
 }
 
-/// The executing vCPU's register file, as callbacks read it. A block's
-/// callback context holds it, and the block's instructions execute through
-/// it.
+/// The executing vCPU's register file, as callbacks read it. A CallEach
+/// block's one context holds it, and the block's instructions execute
+/// through it; elsewhere a context made for one call borrows it.
 struct CpuRegisters<'a, F: Frontend>(&'a mut F::Cpu);
 
 impl<F: Frontend> Registers for CpuRegisters<'_, F> {

@@ -850,11 +850,11 @@ impl Requests {
 
 /// What a callback may see and do. Valid only for the duration of the call.
 ///
-/// Callbacks receive it with its default `R`, `dyn Registers`. The
-/// engine keeps one context for a whole block, holding the vCPU's register
-/// file by its concrete type (the block's instructions execute through
-/// it), and hands each callback that context unsized: no context is built
-/// per call.
+/// Callbacks receive it with its default `R`, `dyn Registers`. For a
+/// block whose every instruction runs the same one callback, the engine
+/// keeps one context for the whole block, holding the vCPU's register file
+/// by its concrete type (the block's instructions execute through it), and
+/// hands the callback that context unsized: no context is built per call.
 pub struct CallbackContext<'a, R: ?Sized = dyn Registers + 'a> {
     pub(crate) vcpu: u32,
     pub(crate) pc: u64,
