@@ -144,11 +144,7 @@ pub(crate) struct Tally {
 /// first hook of a block, on block entry): a range of `Generation::actions`
 /// and a range of `Generation::mem_actions`. The instrumented loop walks
 /// the block's ops as the plain loop does, with these hooks alongside, so an
-/// instruction with nothing attached costs two tests of zero. The entry
-/// hook has no memory actions of its own: its memory range is where the
-/// first instruction's start, and in a [`ExecMode::MemEach`] block the
-/// actions every memory-accessing instruction shares (the loop arms them
-/// from there, with no search for the first such instruction).
+/// instruction with nothing attached costs two tests of zero.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct InsnHook {
     pub(crate) actions_start: u32,
@@ -1229,7 +1225,6 @@ impl<Op: Copy> Generation<Op> {
         let (start, len) = (idx(at.hooks), idx(insns + 1));
         if !plan.mem.is_empty() {
             if self.mem_each(start, len, ops_start) {
-                self.point_entry_at_shared_mem(start, len);
                 ExecMode::MemEach
             } else {
                 ExecMode::StepsWithMemory
@@ -1238,21 +1233,6 @@ impl<Op: Copy> Generation<Op> {
             ExecMode::CallEach
         } else {
             ExecMode::Steps
-        }
-    }
-
-    /// Points the entry hook of the MemEach block whose `len` hooks start at
-    /// `start` at the memory actions its memory-accessing instructions all
-    /// share (see [`InsnHook`]).
-    fn point_entry_at_shared_mem(&mut self, start: u32, len: u32) {
-        let Some([entry, insn_hooks @ ..]) =
-            self.hooks.get_mut(start as usize..(start + len) as usize)
-        else {
-            return;
-        };
-        if let Some(first) = insn_hooks.iter().find(|h| h.mem_len != 0) {
-            entry.mem_start = first.mem_start;
-            entry.mem_len = first.mem_len;
         }
     }
 

@@ -1434,13 +1434,13 @@ impl<F: Frontend> Engine<F> {
         if tb.mode != ExecMode::MemEach {
             return None;
         }
-        // The entry hook names the actions the block's memory-accessing
-        // instructions share.
-        let entry = generation.hooks.get(tb.instr_start as usize)?;
-        let from = entry.mem_start as usize;
+        let start = tb.instr_start as usize;
+        let hooks = generation.hooks.get(start..start + tb.instr_len as usize)?;
+        let hook = hooks.iter().find(|h| h.mem_len != 0)?;
+        let from = hook.mem_start as usize;
         let actions = generation
             .mem_actions
-            .get(from..from + usize::from(entry.mem_len))?;
+            .get(from..from + usize::from(hook.mem_len))?;
         let [action] = actions else {
             return Some(MemEachPlan::Several(MemActions {
                 actions,
