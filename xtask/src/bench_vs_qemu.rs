@@ -8,6 +8,10 @@
 //! each side reported (which must agree) and a slowdown chart go to stdout,
 //! to a generated section of docs/benchmarks.md and to docs/bench-vs-qemu.png.
 
+mod reset_count;
+
+pub use reset_count::run as reset_count;
+
 use crate::realworld::{self, Layout, Tool};
 use anyhow::{Context, Result, bail};
 use std::fmt::Write as _;

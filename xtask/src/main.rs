@@ -19,6 +19,7 @@ fn main() -> Result<()> {
         Some("corpus-images") => corpus_images::run(&args[1..]),
         Some("realworld") => realworld::run(&root, &args[1..]),
         Some("bench-vs-qemu") => bench_vs_qemu::run(&root, &args[1..]),
+        Some("reset-count") => bench_vs_qemu::reset_count(&root, &args[1..]),
         Some(other) => bail!("unknown task `{other}`\n{USAGE}"),
         None => {
             println!("{USAGE}");
@@ -34,7 +35,8 @@ tasks:
   corpus-images [DIR...]  compare image-core with monodis on every assembly (default /usr/lib/mono)
   fixtures  rebuild the RV64 guest programs in fixtures/guests/ (needs riscv64-linux-gnu-gcc)
   realworld [--force]  build lua, zstd and sqlite3 for RV64 from Debian source packages into target/realworld/
-  bench-vs-qemu [--runs N] [--only NAME,...] [--flush] [--no-docs]  time qemu-riscv64 vs tcgkit, bare and with plugins (--flush: also the mass-flush curve); update docs/benchmarks.md";
+  bench-vs-qemu [--runs N] [--only NAME,...] [--flush] [--no-docs]  time qemu-riscv64 vs tcgkit, bare and with plugins (--flush: also the mass-flush curve); update docs/benchmarks.md
+  reset-count [--only NAME,...] [--no-docs]  host instructions per reset from a callback, both emulators under callgrind (default workload: malloc); update docs/benchmarks.md";
 
 fn project_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
