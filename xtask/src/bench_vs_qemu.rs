@@ -16,7 +16,7 @@ use crate::realworld::{self, Layout, Tool};
 use anyhow::{Context, Result, bail};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Output, Stdio};
 use std::time::Instant;
 
 const QEMU: &str = "qemu-riscv64";
@@ -669,6 +669,26 @@ fn tcgkit_plugin_command(
     cmd
 }
 
+/// Runs `cmd` on `workload`'s input to completion, output captured, in a
+/// fixed environment.
+fn run_workload(cmd: &mut Command, workload: &Workload) -> Result<Output> {
+    let stdin = match &workload.stdin {
+        Some(path) => Stdio::from(
+            std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?,
+        ),
+        None => Stdio::null(),
+    };
+    cmd.stdin(stdin)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // One fixed variable: counts must not depend on the caller's
+        // environment, nor on its order (qemu-user reverses it).
+        .env_clear()
+        .env("LC_ALL", "C")
+        .output()
+        .with_context(|| format!("running {cmd:?}"))
+}
+
 fn status_text(status: ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
@@ -682,23 +702,8 @@ fn status_text(status: ExitStatus) -> String {
 /// and records its time, output and plugin counts into `side`.
 fn measure(side: &mut Side, mut cmd: Command, workload: &Workload, log: &Path) -> Result<()> {
     let _ = std::fs::remove_file(log);
-    let stdin = match &workload.stdin {
-        Some(path) => Stdio::from(
-            std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?,
-        ),
-        None => Stdio::null(),
-    };
     let started = Instant::now();
-    let output = cmd
-        .stdin(stdin)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        // One fixed variable: counts must not depend on the caller's
-        // environment, nor on its order (qemu-user reverses it).
-        .env_clear()
-        .env("LC_ALL", "C")
-        .output()
-        .with_context(|| format!("running {cmd:?}"))?;
+    let output = run_workload(&mut cmd, workload)?;
     let seconds = started.elapsed().as_secs_f64();
     side.seconds.push(seconds);
     let status = status_text(output.status);
@@ -1082,22 +1087,30 @@ fn machine() -> String {
 fn write_section(path: &Path, body: &str) -> Result<()> {
     let old = std::fs::read_to_string(path).unwrap_or_default();
     let section = format!("{BEGIN}\n{body}{END}\n");
-    let new = match (old.find(BEGIN), old.find(END)) {
-        (Some(start), Some(end)) if end > start => {
-            let after = &old[end + END.len()..];
-            format!(
-                "{}{section}{}",
-                &old[..start],
-                after.strip_prefix('\n').unwrap_or(after)
-            )
-        }
-        _ if old.is_empty() => format!("# Benchmarks\n\n{section}"),
-        _ => format!(
+    let new = match replace_between(&old, BEGIN, END, &section) {
+        Some(new) => new,
+        None if old.is_empty() => format!("# Benchmarks\n\n{section}"),
+        None => format!(
             "{}\n{section}",
             old.trim_end_matches('\n').to_owned() + "\n"
         ),
     };
     std::fs::write(path, new).with_context(|| format!("writing {}", path.display()))
+}
+
+/// `text` with what lies from `begin` to `end` (and the newline after)
+/// replaced by `section`; `None` when the markers are not both there.
+fn replace_between(text: &str, begin: &str, end: &str, section: &str) -> Option<String> {
+    let (start, stop) = (text.find(begin)?, text.find(end)?);
+    if stop <= start {
+        return None;
+    }
+    let after = &text[stop + end.len()..];
+    Some(format!(
+        "{}{section}{}",
+        &text[..start],
+        after.strip_prefix('\n').unwrap_or(after)
+    ))
 }
 
 mod reset {
