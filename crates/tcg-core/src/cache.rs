@@ -464,9 +464,10 @@ pub(crate) const EMPTY_HOOK: InsnHook = InsnHook {
     mem_calls: false,
     sole_call: NONE,
 };
-/// Placeholders for room made in the arrays before a plan is compiled
-/// into it.
+/// The placeholder for room made in `Generation::actions` before a plan
+/// is compiled into it.
 const EMPTY_ACTION: CompiledAction = CompiledAction::Call { cb: NONE };
+/// The same, in `Generation::mem_actions`.
 const EMPTY_MEM: CompiledMem = CompiledMem {
     filter: MemFilter::All,
     kind: CompiledMemKind::Call { cb: NONE },

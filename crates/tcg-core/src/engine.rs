@@ -1725,11 +1725,8 @@ impl MemActions<'_> {
                 CompiledMemKind::Call { cb } => {
                     if let Some(cb) = self.callbacks.get(cb as usize) {
                         let mut ctx = CallbackContext {
-                            vcpu,
                             pc,
-                            mem: &mut *mem,
-                            requests: &mut *requests,
-                            registers: NoRegisters,
+                            ..CallbackContext::new(vcpu, &mut *mem, &mut *requests)
                         };
                         cb(&mut ctx, info);
                     }
