@@ -101,12 +101,15 @@ pub(crate) enum ExecMode {
     /// A [`ExecMode::Steps`] plan that is one and the same callback before
     /// every instruction and nothing else (an instruction-counting plugin
     /// in callback mode): a loop that looks the callback up once per block
-    /// instead of each instruction's hook.
+    /// instead of each instruction's hook, and goes on into the CallEach
+    /// block the last one is chained to without returning to the vCPU loop.
     CallEach,
     /// A [`ExecMode::StepsWithMemory`] plan that is the same memory actions
     /// on every instruction that accesses memory and nothing else (a
     /// memory-watching plugin): a loop that arms those actions once per
-    /// block instead of walking each instruction's hook.
+    /// block instead of walking each instruction's hook. With one action, it
+    /// goes on into the chained block if that is plain or a MemEach block
+    /// with the same action, without returning to the vCPU loop.
     MemEach,
     /// The general case: as [`ExecMode::Steps`], with instructions executing
     /// through an accessor that runs their memory actions.
@@ -144,7 +147,11 @@ pub(crate) struct Tally {
 /// first hook of a block, on block entry): a range of `Generation::actions`
 /// and a range of `Generation::mem_actions`. The instrumented loop walks
 /// the block's ops as the plain loop does, with these hooks alongside, so an
-/// instruction with nothing attached costs two tests of zero.
+/// instruction with nothing attached costs two tests of zero. The entry
+/// hook has no memory actions of its own: its memory range is where the
+/// first instruction's start, and in a [`ExecMode::MemEach`] block the
+/// actions every memory-accessing instruction shares (the loop arms them
+/// from there, with no search for the first such instruction).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct InsnHook {
     pub(crate) actions_start: u32,
@@ -1226,6 +1233,7 @@ impl<Op: Copy> Generation<Op> {
         let (start, len) = (idx(at.hooks), idx(insns + 1));
         if !plan.mem.is_empty() {
             if self.mem_each(start, len, ops_start) {
+                self.point_entry_at_shared_mem(start, len);
                 ExecMode::MemEach
             } else {
                 ExecMode::StepsWithMemory
@@ -1234,6 +1242,21 @@ impl<Op: Copy> Generation<Op> {
             ExecMode::CallEach
         } else {
             ExecMode::Steps
+        }
+    }
+
+    /// Points the entry hook of the MemEach block whose `len` hooks start at
+    /// `start` at the memory actions its memory-accessing instructions all
+    /// share (see [`InsnHook`]).
+    fn point_entry_at_shared_mem(&mut self, start: u32, len: u32) {
+        let Some([entry, insn_hooks @ ..]) =
+            self.hooks.get_mut(start as usize..(start + len) as usize)
+        else {
+            return;
+        };
+        if let Some(first) = insn_hooks.iter().find(|h| h.mem_len != 0) {
+            entry.mem_start = first.mem_start;
+            entry.mem_len = first.mem_len;
         }
     }
 

@@ -27,8 +27,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::cache::{
-    CompiledAction, CompiledMemKind, CountTally, EMPTY_HOOK, ExecMode, Generation, InsnHook, NONE,
-    TbHeader, TbOp,
+    CompiledAction, CompiledMem, CompiledMemKind, CountTally, EMPTY_HOOK, ExecMode, Generation,
+    InsnHook, NONE, TbHeader, TbOp,
 };
 use crate::frontend::{CpuExit, DecodeError, Flow, Frontend, MemAccess, sign_extend};
 use crate::instrument::{
@@ -389,6 +389,23 @@ struct BlockEnd {
     exit: Option<CpuExit>,
     requests: Requests,
 }
+
+/// How a run of instrumented blocks ended: an out-of-line loop goes on
+/// into the block the last one is chained to while that one runs the same
+/// way (see [`Engine::run_goes_on`]). `end` counts the instructions of the
+/// whole run.
+struct RunEnd {
+    end: BlockEnd,
+    /// The id of the run's last block.
+    last: u32,
+    /// How many blocks ran.
+    blocks: u32,
+}
+
+/// At most this many blocks run in one out-of-line run before the vCPU
+/// loop takes over again: it bounds the run's instruction count well
+/// within a `u32`.
+const MAX_RUN_BLOCKS: u32 = 128;
 
 /// The block cache and vCPU loop for frontend `F`.
 ///
@@ -815,32 +832,16 @@ impl<F: Frontend> Engine<F> {
                 // Callbacks may read the scoreboards.
                 self.pending_count.settle(current);
                 F::set_pc(cpu, pc);
-                // Memory-watching blocks run here, the other instrumented
-                // ones out of line (see `exec_hooked`).
-                let end = match Self::mem_each_plan(current, tb) {
-                    Some(MemEachPlan::One(filter, watch)) => {
-                        let mut requests = Requests::default();
-                        let access = WatchedMem {
-                            ctx: CallbackContext::new(vcpu.index, mem, &mut requests),
-                            filter,
-                            watch,
-                            signals: &self.signals,
-                        };
-                        Self::exec_mem_each(access, tb, current, cpu)
-                    }
-                    Some(MemEachPlan::Several(watch)) => {
-                        let mut requests = Requests::default();
-                        let access = WatchedMem {
-                            ctx: CallbackContext::new(vcpu.index, mem, &mut requests),
-                            // Each action checks its own filter.
-                            filter: MemFilter::All,
-                            watch,
-                            signals: &self.signals,
-                        };
-                        Self::exec_mem_each(access, tb, current, cpu)
-                    }
-                    None => Self::exec_hooked(current, &self.signals, vcpu.index, tb, cpu, mem),
+                // Instrumented blocks run out of line (see `exec_hooked`),
+                // possibly several in a row.
+                let run = if tb.mode == ExecMode::MemEach {
+                    Self::exec_watched(current, &self.signals, vcpu.index, tb_id, tb, cpu, mem)
+                } else {
+                    Self::exec_hooked(current, &self.signals, vcpu.index, tb_id, tb, cpu, mem)
                 };
+                prev = run.last;
+                blocks += u64::from(run.blocks) - 1;
+                let end = run.end;
                 insns += u64::from(end.executed);
                 pc = end.next_pc;
                 if end.requests.any() {
@@ -1265,146 +1266,327 @@ impl<F: Frontend> Engine<F> {
     }
 
     /// Runs an instrumented block other than a [`ExecMode::MemEach`] one
-    /// (see [`ExecMode`]). Out of line, unlike the plain loop and the
-    /// MemEach loop: each loop inlines a copy of the frontend's `execute`,
-    /// and with all of them in the vCPU loop the plain loop ran 3-6% slower
-    /// (criterion `plugins/per_insn/none`); a block with callbacks costs far
-    /// more than the call.
+    /// (see [`ExecMode`]), and after a CallEach block the CallEach blocks it
+    /// leads to. Out of line, unlike the plain loop: each loop inlines a
+    /// copy of the frontend's `execute`, and with all of them in the vCPU
+    /// loop the plain loop ran 3-6% slower (criterion
+    /// `plugins/per_insn/none`); a block with callbacks costs far more than
+    /// the call.
     #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
     fn exec_hooked(
         generation: &Generation<F::Op>,
         signals: &Signals,
         vcpu: u32,
+        id: u32,
         tb: &TbHeader,
         cpu: &mut F::Cpu,
         mem: &mut GuestMemory,
-    ) -> BlockEnd {
+    ) -> RunEnd {
         // One call site per loop. A CallEach or MemEach block whose action
         // cannot be resolved (never, by construction) takes the general
         // loop.
-        if let Some(cb) = Self::call_each_callback(generation, tb) {
-            Self::exec_call_each(cb, signals, vcpu, tb, generation, cpu, mem)
+        let end = if let Some(cb) = Self::call_each_callback(generation, tb) {
+            return Self::exec_call_each(generation, signals, vcpu, id, tb, cb, cpu, mem);
         } else if matches!(tb.mode, ExecMode::Steps | ExecMode::CallEach) {
             Self::exec_instrumented::<false>(generation, signals, vcpu, tb, cpu, mem)
         } else {
             Self::exec_instrumented::<true>(generation, signals, vcpu, tb, cpu, mem)
+        };
+        RunEnd {
+            end,
+            last: id,
+            blocks: 1,
         }
     }
 
-    /// The loop of a [`ExecMode::CallEach`] block: its one callback before
-    /// each instruction, looked up once for the block; otherwise the plain
-    /// loop, stopping after an instruction whose callback requested a flush
-    /// or exit (or when another thread did).
+    /// Runs a [`ExecMode::MemEach`] block, and the MemEach blocks with the
+    /// same memory action it leads to. Out of line for the same reason as
+    /// `exec_hooked`, and apart from it: with every loop in one function
+    /// LLVM stopped inlining guest memory's accessors.
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn exec_watched(
+        generation: &Generation<F::Op>,
+        signals: &Signals,
+        vcpu: u32,
+        id: u32,
+        tb: &TbHeader,
+        cpu: &mut F::Cpu,
+        mem: &mut GuestMemory,
+    ) -> RunEnd {
+        // Several actions per access take the general loop, which runs them
+        // as well: a second copy of the frontend's `execute` here stopped
+        // LLVM inlining guest memory's accessors into either.
+        let Some((action, watch)) = Self::mem_each_watch(generation, tb) else {
+            return Self::exec_hooked(generation, signals, vcpu, id, tb, cpu, mem);
+        };
+        let mut requests = Requests::default();
+        let access = WatchedMem {
+            ctx: CallbackContext::new(vcpu, mem, &mut requests),
+            filter: action.filter,
+            watch,
+            signals,
+        };
+        Self::exec_mem_each(access, action, id, tb, generation, cpu)
+    }
+
+    /// Whether a run of out-of-line blocks goes on after block `id` ended
+    /// at `next_pc` (with no exit) as the `blocks`-th of its run: into the
+    /// block `id` is chained to, if nothing asked the loop to stop, the link
+    /// is usable, and that block's plan is current. The vCPU loop does the
+    /// same checks before any block; what a run skips is the rest of that
+    /// loop (quiescent point, pending signals' handling, counters), which
+    /// nothing in a run can need: a flush or exit request, a callback's or
+    /// another thread's, ends the run first.
+    #[inline(always)]
+    fn run_goes_on<'g>(
+        generation: &'g Generation<F::Op>,
+        signals: &Signals,
+        requests: &Requests,
+        id: u32,
+        next_pc: u64,
+        flags: u32,
+        blocks: u32,
+    ) -> Option<(u32, &'g TbHeader)> {
+        if blocks >= MAX_RUN_BLOCKS
+            || requests.any()
+            || signals.pending.load(Ordering::Relaxed) != 0
+        {
+            return None;
+        }
+        let (next, tb) = generation.chained(id, next_pc, flags)?;
+        (tb.plan_version == generation.plan_version).then_some((next, tb))
+    }
+
+    /// The loop of [`ExecMode::CallEach`] blocks: a block's one callback
+    /// before each of its instructions, looked up once for the block;
+    /// otherwise the plain loop, stopping after an instruction whose
+    /// callback requested a flush or exit (or when another thread did). A
+    /// block that ends normally leads into the next CallEach block (see
+    /// [`Engine::run_goes_on`]).
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn exec_call_each(
-        cb: &InsnCallbackFn,
+        generation: &Generation<F::Op>,
         signals: &Signals,
         vcpu: u32,
-        tb: &TbHeader,
-        generation: &Generation<F::Op>,
+        first: u32,
+        first_tb: &TbHeader,
+        first_cb: &InsnCallbackFn,
         cpu: &mut F::Cpu,
         mem: &mut GuestMemory,
-    ) -> BlockEnd {
-        let ops = generation.ops_of(tb).unwrap_or_default();
-        let base = tb.pc;
+    ) -> RunEnd {
         let mut requests = Requests::default();
-        // One context for the block: each instruction moves its pc, and
+        // One context for the run: each instruction moves its pc, and
         // executes through the register file and memory it holds.
         let mut ctx = CallbackContext {
             vcpu,
-            pc: base,
+            pc: first_tb.pc,
             mem,
             requests: &mut requests,
             registers: CpuRegisters::<F>(cpu),
         };
-        let mut iter = ops.iter();
-        while let Some(op) = iter.next() {
-            let pc = base.wrapping_add(u64::from(op.offset));
-            F::set_pc(ctx.registers.0, pc);
-            ctx.pc = pc;
-            cb(&mut ctx);
-            let executed = count(ops.len() - iter.len());
-            match F::execute(ctx.registers.0, &op.op, pc, ctx.mem) {
-                Flow::Next => {}
-                Flow::Jump(target) => {
-                    return BlockEnd {
-                        next_pc: target,
-                        executed,
+        let (mut id, mut tb, mut cb) = (first, first_tb, first_cb);
+        let mut blocks = 0u32;
+        // Instructions of the run's earlier blocks.
+        let mut before = 0u32;
+        loop {
+            blocks += 1;
+            let ops = generation.ops_of(tb).unwrap_or_default();
+            let base = tb.pc;
+            let mut next_pc = base.wrapping_add(u64::from(tb.size));
+            let mut executed = count(ops.len());
+            let mut iter = ops.iter();
+            while let Some(op) = iter.next() {
+                let pc = base.wrapping_add(u64::from(op.offset));
+                F::set_pc(ctx.registers.0, pc);
+                ctx.pc = pc;
+                cb(&mut ctx);
+                match F::execute(ctx.registers.0, &op.op, pc, ctx.mem) {
+                    Flow::Next => {}
+                    Flow::Jump(target) => {
+                        // Only a block's last instruction may transfer
+                        // control; a frontend breaking that rule still gets
+                        // an exact count.
+                        next_pc = target;
+                        executed = count(ops.len() - iter.len());
+                        break;
+                    }
+                    Flow::Exit(exit) => {
+                        let executed = before + count(ops.len() - iter.len());
+                        let end = Self::exit_at(exit, pc, op.len, executed, *ctx.requests);
+                        return RunEnd {
+                            end,
+                            last: id,
+                            blocks,
+                        };
+                    }
+                }
+                if ctx.requests.any() || signals.pending.load(Ordering::Relaxed) != 0 {
+                    let end = BlockEnd {
+                        next_pc: pc.wrapping_add(u64::from(op.len)),
+                        executed: before + count(ops.len() - iter.len()),
                         exit: None,
                         requests: *ctx.requests,
                     };
-                }
-                Flow::Exit(exit) => {
-                    return Self::exit_at(exit, pc, op.len, executed, *ctx.requests);
+                    return RunEnd {
+                        end,
+                        last: id,
+                        blocks,
+                    };
                 }
             }
-            if ctx.requests.any() || signals.pending.load(Ordering::Relaxed) != 0 {
-                return BlockEnd {
-                    next_pc: pc.wrapping_add(u64::from(op.len)),
-                    executed,
-                    exit: None,
-                    requests: *ctx.requests,
-                };
+            before += executed;
+            let flags = F::tb_flags(ctx.registers.0);
+            let next = Self::run_goes_on(
+                generation,
+                signals,
+                ctx.requests,
+                id,
+                next_pc,
+                flags,
+                blocks,
+            )
+            .and_then(|(next, next_tb)| {
+                Some((
+                    next,
+                    next_tb,
+                    Self::call_each_callback(generation, next_tb)?,
+                ))
+            });
+            match next {
+                Some((next, next_tb, next_cb)) => (id, tb, cb) = (next, next_tb, next_cb),
+                None => {
+                    let end = BlockEnd {
+                        next_pc,
+                        executed: before,
+                        exit: None,
+                        requests: *ctx.requests,
+                    };
+                    return RunEnd {
+                        end,
+                        last: id,
+                        blocks,
+                    };
+                }
             }
-        }
-        BlockEnd {
-            next_pc: base.wrapping_add(u64::from(tb.size)),
-            executed: count(ops.len()),
-            exit: None,
-            requests: *ctx.requests,
         }
     }
 
-    /// The loop of a [`ExecMode::MemEach`] block: every instruction runs
+    /// The loop of [`ExecMode::MemEach`] blocks: every instruction runs
     /// through an accessor armed with the block's one memory action (only
     /// instructions that access memory have one, and those all have it);
     /// stops after an instruction whose callback requested a flush or exit
-    /// (or when another thread did).
+    /// (or when another thread did). A block that ends normally leads into
+    /// the next MemEach block with the same action (see
+    /// [`Engine::run_goes_on`]).
     #[inline(always)]
-    fn exec_mem_each<W: Fire>(
-        mut access: WatchedMem<'_, W>,
-        tb: &TbHeader,
+    fn exec_mem_each(
+        mut access: WatchedMem<'_>,
+        action: CompiledMem,
+        first: u32,
+        first_tb: &TbHeader,
         generation: &Generation<F::Op>,
         cpu: &mut F::Cpu,
-    ) -> BlockEnd {
-        let ops = generation.ops_of(tb).unwrap_or_default();
-        let base = tb.pc;
-        let mut iter = ops.iter();
-        while let Some(op) = iter.next() {
-            let pc = base.wrapping_add(u64::from(op.offset));
-            access.ctx.pc = pc;
-            let executed = count(ops.len() - iter.len());
-            match F::execute(cpu, &op.op, pc, &mut access) {
-                Flow::Next => {}
-                Flow::Jump(target) => {
-                    return BlockEnd {
-                        next_pc: target,
-                        executed,
+    ) -> RunEnd {
+        let (mut id, mut tb) = (first, first_tb);
+        let mut blocks = 0u32;
+        // Instructions of the run's earlier blocks.
+        let mut before = 0u32;
+        loop {
+            blocks += 1;
+            let (next_pc, executed) = if tb.mode == ExecMode::Plain {
+                let end = Self::exec_plain(generation, tb, cpu, access.ctx.mem);
+                if end.exit.is_some() {
+                    let end = BlockEnd {
+                        executed: before + end.executed,
+                        ..end
+                    };
+                    return RunEnd {
+                        end,
+                        last: id,
+                        blocks,
+                    };
+                }
+                (end.next_pc, end.executed)
+            } else {
+                let ops = generation.ops_of(tb).unwrap_or_default();
+                let base = tb.pc;
+                let mut next_pc = base.wrapping_add(u64::from(tb.size));
+                let mut executed = count(ops.len());
+                let mut iter = ops.iter();
+                while let Some(op) = iter.next() {
+                    let pc = base.wrapping_add(u64::from(op.offset));
+                    access.ctx.pc = pc;
+                    match F::execute(cpu, &op.op, pc, &mut access) {
+                        Flow::Next => {}
+                        Flow::Jump(target) => {
+                            next_pc = target;
+                            executed = count(ops.len() - iter.len());
+                            break;
+                        }
+                        Flow::Exit(exit) => {
+                            let executed = before + count(ops.len() - iter.len());
+                            let requests = *access.ctx.requests;
+                            return RunEnd {
+                                end: Self::exit_at(exit, pc, op.len, executed, requests),
+                                last: id,
+                                blocks,
+                            };
+                        }
+                    }
+                    // Only a memory callback makes requests (and notices
+                    // other threads'): see `WatchedMem::fire`.
+                    if access.ctx.requests.any() {
+                        let end = BlockEnd {
+                            next_pc: pc.wrapping_add(u64::from(op.len)),
+                            executed: before + count(ops.len() - iter.len()),
+                            exit: None,
+                            requests: *access.ctx.requests,
+                        };
+                        return RunEnd {
+                            end,
+                            last: id,
+                            blocks,
+                        };
+                    }
+                }
+                (next_pc, executed)
+            };
+            before += executed;
+            let flags = F::tb_flags(cpu);
+            // Blocks with no memory access are plain: the run takes them in
+            // too, or it would rarely get past a loop's first block.
+            let next = Self::run_goes_on(
+                generation,
+                access.signals,
+                access.ctx.requests,
+                id,
+                next_pc,
+                flags,
+                blocks,
+            )
+            .filter(|&(_, next_tb)| {
+                next_tb.mode == ExecMode::Plain
+                    || Self::mem_each_action(generation, next_tb).is_some_and(|a| *a == action)
+            });
+            match next {
+                Some((next, next_tb)) => (id, tb) = (next, next_tb),
+                None => {
+                    let end = BlockEnd {
+                        next_pc,
+                        executed: before,
                         exit: None,
                         requests: *access.ctx.requests,
                     };
-                }
-                Flow::Exit(exit) => {
-                    return Self::exit_at(exit, pc, op.len, executed, *access.ctx.requests);
+                    return RunEnd {
+                        end,
+                        last: id,
+                        blocks,
+                    };
                 }
             }
-            // Only a memory callback makes requests (and notices other
-            // threads'): see `WatchedMem::fire`.
-            if access.ctx.requests.any() {
-                return BlockEnd {
-                    next_pc: pc.wrapping_add(u64::from(op.len)),
-                    executed,
-                    exit: None,
-                    requests: *access.ctx.requests,
-                };
-            }
-        }
-        BlockEnd {
-            next_pc: base.wrapping_add(u64::from(tb.size)),
-            executed: count(ops.len()),
-            exit: None,
-            requests: *access.ctx.requests,
         }
     }
 
@@ -1424,30 +1606,38 @@ impl<F: Frontend> Engine<F> {
         Some(&**generation.callbacks.get(hook.sole_call as usize)?)
     }
 
-    /// How the accesses of a [`ExecMode::MemEach`] block are watched
-    /// (`None` for other blocks).
+    /// The memory action every memory-accessing instruction of a
+    /// [`ExecMode::MemEach`] block runs, if it is one action (`None` for
+    /// other blocks, and for several actions).
     #[inline(always)]
-    fn mem_each_plan<'g>(
+    fn mem_each_action<'g>(
         generation: &'g Generation<F::Op>,
         tb: &TbHeader,
-    ) -> Option<MemEachPlan<'g>> {
+    ) -> Option<&'g CompiledMem> {
         if tb.mode != ExecMode::MemEach {
             return None;
         }
-        let start = tb.instr_start as usize;
-        let hooks = generation.hooks.get(start..start + tb.instr_len as usize)?;
-        let hook = hooks.iter().find(|h| h.mem_len != 0)?;
-        let from = hook.mem_start as usize;
-        let actions = generation
+        // The entry hook names the actions the block's memory-accessing
+        // instructions share.
+        let entry = generation.hooks.get(tb.instr_start as usize)?;
+        let from = entry.mem_start as usize;
+        match generation
             .mem_actions
-            .get(from..from + usize::from(hook.mem_len))?;
-        let [action] = actions else {
-            return Some(MemEachPlan::Several(MemActions {
-                actions,
-                callbacks: &generation.mem_callbacks,
-                boards: &generation.boards,
-            }));
-        };
+            .get(from..from + usize::from(entry.mem_len))?
+        {
+            [action] => Some(action),
+            _ => None,
+        }
+    }
+
+    /// The one memory action of a [`ExecMode::MemEach`] block, resolved
+    /// (see [`Engine::mem_each_action`]).
+    #[inline(always)]
+    fn mem_each_watch<'g>(
+        generation: &'g Generation<F::Op>,
+        tb: &TbHeader,
+    ) -> Option<(CompiledMem, Watch<'g>)> {
+        let action = *Self::mem_each_action(generation, tb)?;
         let watch = match action.kind {
             CompiledMemKind::Call { cb } => {
                 Watch::Call(&**generation.mem_callbacks.get(cb as usize)?)
@@ -1456,7 +1646,7 @@ impl<F: Frontend> Engine<F> {
                 Watch::Inline(generation.boards.get(board as usize)?, slot as usize, kind)
             }
         };
-        Some(MemEachPlan::One(action.filter, watch))
+        Some((action, watch))
     }
 
     /// Runs the actions of `hook` (before the instruction at `pc`, or on
@@ -1568,16 +1758,8 @@ enum Watch<'a> {
     Inline(&'a Scoreboard, usize, InlineKind),
 }
 
-/// What a [`ExecMode::MemEach`] block runs on each access: its one action
-/// ([`Watch`]) or its several ([`MemActions`]).
-trait Fire {
-    /// Runs the actions for access `info`, made by the instruction `ctx`
-    /// describes.
-    fn fire(&self, ctx: &mut CallbackContext<'_>, info: &MemAccessInfo);
-}
-
-impl Fire for Watch<'_> {
-    #[inline]
+impl Watch<'_> {
+    #[inline(always)]
     fn fire(&self, ctx: &mut CallbackContext<'_>, info: &MemAccessInfo) {
         match *self {
             Watch::Call(cb) => cb(ctx, info),
@@ -1586,30 +1768,17 @@ impl Fire for Watch<'_> {
     }
 }
 
-impl Fire for MemActions<'_> {
-    #[inline]
-    fn fire(&self, ctx: &mut CallbackContext<'_>, info: &MemAccessInfo) {
-        self.run(ctx.vcpu, ctx.pc, ctx.mem, ctx.requests, info);
-    }
-}
-
-/// How a [`ExecMode::MemEach`] block's accesses are watched.
-enum MemEachPlan<'a> {
-    One(MemFilter, Watch<'a>),
-    Several(MemActions<'a>),
-}
-
 /// Guest memory as a [`ExecMode::MemEach`] block sees it: each access
 /// `filter` selects runs the block's actions. The callback context is made
 /// once per block (the loop moves its pc along), not once per access.
-struct WatchedMem<'a, W> {
+struct WatchedMem<'a> {
     ctx: CallbackContext<'a, NoRegisters>,
     filter: MemFilter,
-    watch: W,
+    watch: Watch<'a>,
     signals: &'a Signals,
 }
 
-impl<W: Fire> WatchedMem<'_, W> {
+impl WatchedMem<'_> {
     #[inline]
     fn fire(&mut self, info: MemAccessInfo) {
         self.watch.fire(&mut self.ctx, &info);
@@ -1622,7 +1791,7 @@ impl<W: Fire> WatchedMem<'_, W> {
     }
 }
 
-impl<W: Fire> MemAccess for WatchedMem<'_, W> {
+impl MemAccess for WatchedMem<'_> {
     #[inline(always)]
     fn load(&mut self, addr: u64, size: u8, signed: bool) -> Result<u64, MemFault> {
         let raw = self.ctx.mem.load(addr, size)?;

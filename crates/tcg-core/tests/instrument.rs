@@ -712,6 +712,156 @@ fn exit_requested_from_a_callback_on_every_instruction_stops_after_it() {
     );
 }
 
+/// A loop whose body spans three blocks, as a real loop's often does: a
+/// load, a block with no memory access, then a store and the branch back.
+/// `n` iterations; DATA[8] ends as `n`, r6 as `2n`.
+fn three_block_loop(n: i32) -> Vec<u32> {
+    let mut code = loop_program(n);
+    code.truncate(11);
+    code.extend([
+        addi(1, 1, 1),  // 0x2c: loop head
+        ld(3, 4, 0),    // 0x30
+        jmp(4),         // 0x34 -> 0x38
+        addi(6, 6, 1),  // 0x38: no memory access
+        addi(6, 6, 1),  // 0x3c
+        jmp(4),         // 0x40 -> 0x44
+        sd(1, 4, 8),    // 0x44
+        bne(1, 2, -28), // 0x48 -> 0x2c
+        syscall(),      // 0x4c
+    ]);
+    code
+}
+
+/// Instructions `three_block_loop(n)` runs up to and including the syscall.
+fn three_block_loop_insns(n: u64) -> u64 {
+    11 + 8 * n + 1
+}
+
+/// Runs `three_block_loop(1000)` with `attach` planning every instruction,
+/// to its end; returns the exits, the cpu and the engine's stats.
+fn run_three_block_loop(
+    attach: impl Fn(&InsnPlan) + Send + Sync + 'static,
+) -> (Vec<CpuExit>, Cpu, EngineStats) {
+    let mut mem = machine(&three_block_loop(1000));
+    let mut engine = Engine::new(Toy);
+    install(&mut engine, move |_tb, plan| {
+        for insn in plan.insns() {
+            attach(&insn);
+        }
+    });
+    let mut cpu = cpu_at(CODE);
+    let mut exits = Vec::new();
+    while exits.last() != Some(&CpuExit::Syscall) && exits.len() < 100 {
+        exits.push(engine.run(&mut cpu, &mut mem));
+    }
+    (exits, cpu, engine.stats())
+}
+
+/// Blocks with one callback on every instruction, or one memory action on
+/// every access, run several in a row out of the vCPU loop: the engine
+/// still counts every block and instruction, every callback runs once, and
+/// a request from a callback deep in such a run stops it after that
+/// instruction.
+#[test]
+fn runs_of_instrumented_blocks_keep_counts_and_stop_where_asked() {
+    let (plain_exits, plain_cpu, plain) = run_three_block_loop(|_| {});
+    assert_eq!(plain_exits, [CpuExit::Syscall]);
+    assert_eq!(plain.insns_executed, three_block_loop_insns(1000));
+    assert_eq!((plain_cpu.x[1], plain_cpu.x[6]), (1000, 2000));
+
+    // One callback on every instruction: every block is a CallEach block.
+    let calls = Arc::new(AtomicU64::new(0));
+    let cb = counter_cb(&calls);
+    let (exits, cpu, stats) = run_three_block_loop(move |insn| {
+        insn.on_execute(Action::Callback(&cb));
+    });
+    assert_eq!(exits, [CpuExit::Syscall]);
+    assert_eq!(cpu, plain_cpu);
+    assert_eq!(
+        (stats.blocks_executed, stats.insns_executed),
+        (plain.blocks_executed, plain.insns_executed)
+    );
+    assert_eq!(calls.load(Relaxed), plain.insns_executed);
+
+    // One memory callback on every access: the block without one is plain.
+    let accesses = Arc::new(AtomicU64::new(0));
+    let a = accesses.clone();
+    let count: MemCallback = Arc::new(move |_: &mut CallbackContext<'_>, _: &MemAccessInfo| {
+        a.fetch_add(1, Relaxed);
+    });
+    let (exits, cpu, stats) = run_three_block_loop(move |insn| {
+        insn.on_memory(MemFilter::All, MemAction::Callback(&count));
+    });
+    assert_eq!(exits, [CpuExit::Syscall]);
+    assert_eq!(cpu, plain_cpu);
+    assert_eq!(
+        (stats.blocks_executed, stats.insns_executed),
+        (plain.blocks_executed, plain.insns_executed)
+    );
+    assert_eq!(accesses.load(Relaxed), 2 * 1000);
+
+    // Exits asked for by the callback of the 61st jump out of the first
+    // block, and by the 777th store's: each run stops right after that
+    // instruction, and the guest then goes on to the same end.
+    let (calls, jumps) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let (c, j) = (calls.clone(), jumps.clone());
+    let exit_once: InsnCallback = Arc::new(move |ctx: &mut CallbackContext<'_>| {
+        c.fetch_add(1, Relaxed);
+        if ctx.pc() == CODE + 0x34 && j.fetch_add(1, Relaxed) == 60 {
+            ctx.request_exit();
+        }
+    });
+    let mut mem = machine(&three_block_loop(1000));
+    let mut engine = Engine::new(Toy);
+    install(&mut engine, move |_tb, plan| {
+        for insn in plan.insns() {
+            insn.on_execute(Action::Callback(&exit_once));
+        }
+    });
+    let mut cpu = cpu_at(CODE);
+    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::ExitRequested);
+    assert_eq!(
+        cpu.pc,
+        CODE + 0x38,
+        "the jump whose callback asked completed"
+    );
+    assert_eq!(engine.stats().insns_executed, 11 + 8 * 60 + 3);
+    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
+    assert_eq!(cpu, plain_cpu);
+    assert_eq!(calls.load(Relaxed), plain.insns_executed);
+    assert_eq!(engine.stats().insns_executed, plain.insns_executed);
+
+    let stores = Arc::new(AtomicU64::new(0));
+    let (s, pcs) = (stores.clone(), Arc::new(Mutex::new(Vec::new())));
+    let seen = pcs.clone();
+    let exit_on_store: MemCallback =
+        Arc::new(move |ctx: &mut CallbackContext<'_>, info: &MemAccessInfo| {
+            if info.is_store && s.fetch_add(1, Relaxed) == 776 {
+                seen.lock().unwrap().push((ctx.pc(), info.value));
+                ctx.request_exit();
+            }
+        });
+    let mut mem = machine(&three_block_loop(1000));
+    let mut engine = Engine::new(Toy);
+    install(&mut engine, move |_tb, plan| {
+        for insn in plan.insns() {
+            insn.on_memory(MemFilter::All, MemAction::Callback(&exit_on_store));
+        }
+    });
+    let mut cpu = cpu_at(CODE);
+    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::ExitRequested);
+    assert_eq!(*pcs.lock().unwrap(), [(CODE + 0x44, 777)]);
+    assert_eq!(
+        cpu.pc,
+        CODE + 0x48,
+        "the store whose callback asked completed"
+    );
+    assert_eq!(engine.stats().insns_executed, 11 + 8 * 776 + 7);
+    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
+    assert_eq!(cpu, plain_cpu);
+    assert_eq!(stores.load(Relaxed), 1000);
+}
+
 /// The seed scenario: loop body `addi r1; sd r1 -> DATA; ld r3 <- DATA; bne`.
 fn storm_program(n: i32) -> Vec<u32> {
     let mut code = loop_program(n);

@@ -104,7 +104,7 @@ pub fn fencei() -> u32 {
     enc(OP_FENCEI, 0, 0, 0)
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Cpu {
     pub pc: u64,
     pub x: [u64; 16],
