@@ -1315,11 +1315,11 @@ impl<F: Frontend> Engine<F> {
         cpu: &mut F::Cpu,
         mem: &mut GuestMemory,
     ) -> RunEnd {
-        // Several actions per access take the general loop, which runs them
-        // as well: a second copy of the frontend's `execute` here stopped
-        // LLVM inlining guest memory's accessors into either.
-        let Some((action, watch)) = Self::mem_each_watch(generation, tb) else {
+        let Some(actions) = Self::mem_each_actions(generation, tb) else {
             return Self::exec_hooked(generation, signals, vcpu, id, tb, cpu, mem);
+        };
+        let Some((action, watch)) = Self::resolve_watch(generation, actions) else {
+            return Self::exec_watched_several(generation, signals, vcpu, id, tb, cpu, mem);
         };
         let mut requests = Requests::default();
         let access = WatchedMem {
@@ -1328,7 +1328,43 @@ impl<F: Frontend> Engine<F> {
             watch,
             signals,
         };
-        Self::exec_mem_each(access, action, id, tb, generation, cpu)
+        // Compared by value: a loop over the slices cost 6 host
+        // instructions per access more on the integer guest.
+        let same_actions = |next: &[CompiledMem]| matches!(next, [a] if *a == action);
+        Self::exec_mem_each(access, same_actions, id, tb, generation, cpu)
+    }
+
+    /// [`Engine::exec_watched`] for a block whose accesses each run several
+    /// memory actions. Apart from it: a second copy of the frontend's
+    /// `execute` there stopped LLVM inlining guest memory's accessors.
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn exec_watched_several(
+        generation: &Generation<F::Op>,
+        signals: &Signals,
+        vcpu: u32,
+        id: u32,
+        tb: &TbHeader,
+        cpu: &mut F::Cpu,
+        mem: &mut GuestMemory,
+    ) -> RunEnd {
+        let Some(actions) = Self::mem_each_actions(generation, tb) else {
+            return Self::exec_hooked(generation, signals, vcpu, id, tb, cpu, mem);
+        };
+        let mut requests = Requests::default();
+        let access = WatchedMem {
+            ctx: CallbackContext::new(vcpu, mem, &mut requests),
+            // Each action checks its own filter.
+            filter: MemFilter::All,
+            watch: MemActions {
+                actions,
+                callbacks: &generation.mem_callbacks,
+                boards: &generation.boards,
+            },
+            signals,
+        };
+        let same_actions = |next: &[CompiledMem]| next == actions;
+        Self::exec_mem_each(access, same_actions, id, tb, generation, cpu)
     }
 
     /// Whether a run of out-of-line blocks goes on after block `id` ended
@@ -1482,9 +1518,9 @@ impl<F: Frontend> Engine<F> {
     /// the next MemEach block with the same action (see
     /// [`Engine::run_goes_on`]).
     #[inline(always)]
-    fn exec_mem_each(
-        mut access: WatchedMem<'_>,
-        action: CompiledMem,
+    fn exec_mem_each<W: Fire>(
+        mut access: WatchedMem<'_, W>,
+        same_actions: impl Fn(&[CompiledMem]) -> bool,
         first: u32,
         first_tb: &TbHeader,
         generation: &Generation<F::Op>,
@@ -1569,7 +1605,7 @@ impl<F: Frontend> Engine<F> {
             )
             .filter(|&(_, next_tb)| {
                 next_tb.mode == ExecMode::Plain
-                    || Self::mem_each_action(generation, next_tb).is_some_and(|a| *a == action)
+                    || Self::mem_each_actions(generation, next_tb).is_some_and(&same_actions)
             });
             match next {
                 Some((next, next_tb)) => (id, tb) = (next, next_tb),
@@ -1606,14 +1642,13 @@ impl<F: Frontend> Engine<F> {
         Some(&**generation.callbacks.get(hook.sole_call as usize)?)
     }
 
-    /// The memory action every memory-accessing instruction of a
-    /// [`ExecMode::MemEach`] block runs, if it is one action (`None` for
-    /// other blocks, and for several actions).
+    /// The memory actions every memory-accessing instruction of a
+    /// [`ExecMode::MemEach`] block runs (`None` for other blocks).
     #[inline(always)]
-    fn mem_each_action<'g>(
+    fn mem_each_actions<'g>(
         generation: &'g Generation<F::Op>,
         tb: &TbHeader,
-    ) -> Option<&'g CompiledMem> {
+    ) -> Option<&'g [CompiledMem]> {
         if tb.mode != ExecMode::MemEach {
             return None;
         }
@@ -1621,23 +1656,20 @@ impl<F: Frontend> Engine<F> {
         // instructions share.
         let entry = generation.hooks.get(tb.instr_start as usize)?;
         let from = entry.mem_start as usize;
-        match generation
+        generation
             .mem_actions
-            .get(from..from + usize::from(entry.mem_len))?
-        {
-            [action] => Some(action),
-            _ => None,
-        }
+            .get(from..from + usize::from(entry.mem_len))
     }
 
-    /// The one memory action of a [`ExecMode::MemEach`] block, resolved
-    /// (see [`Engine::mem_each_action`]).
+    /// `actions` resolved, if they are one action.
     #[inline(always)]
-    fn mem_each_watch<'g>(
+    fn resolve_watch<'g>(
         generation: &'g Generation<F::Op>,
-        tb: &TbHeader,
+        actions: &[CompiledMem],
     ) -> Option<(CompiledMem, Watch<'g>)> {
-        let action = *Self::mem_each_action(generation, tb)?;
+        let [action] = *actions else {
+            return None;
+        };
         let watch = match action.kind {
             CompiledMemKind::Call { cb } => {
                 Watch::Call(&**generation.mem_callbacks.get(cb as usize)?)
@@ -1758,7 +1790,15 @@ enum Watch<'a> {
     Inline(&'a Scoreboard, usize, InlineKind),
 }
 
-impl Watch<'_> {
+/// What a [`ExecMode::MemEach`] block runs on each access: its one action
+/// ([`Watch`]) or its several ([`MemActions`]).
+trait Fire {
+    /// Runs the actions for access `info`, made by the instruction `ctx`
+    /// describes.
+    fn fire(&self, ctx: &mut CallbackContext<'_>, info: &MemAccessInfo);
+}
+
+impl Fire for Watch<'_> {
     #[inline(always)]
     fn fire(&self, ctx: &mut CallbackContext<'_>, info: &MemAccessInfo) {
         match *self {
@@ -1768,17 +1808,24 @@ impl Watch<'_> {
     }
 }
 
+impl Fire for MemActions<'_> {
+    #[inline]
+    fn fire(&self, ctx: &mut CallbackContext<'_>, info: &MemAccessInfo) {
+        self.run(ctx.vcpu, ctx.pc, ctx.mem, ctx.requests, info);
+    }
+}
+
 /// Guest memory as a [`ExecMode::MemEach`] block sees it: each access
 /// `filter` selects runs the block's actions. The callback context is made
 /// once per block (the loop moves its pc along), not once per access.
-struct WatchedMem<'a> {
+struct WatchedMem<'a, W> {
     ctx: CallbackContext<'a, NoRegisters>,
     filter: MemFilter,
-    watch: Watch<'a>,
+    watch: W,
     signals: &'a Signals,
 }
 
-impl WatchedMem<'_> {
+impl<W: Fire> WatchedMem<'_, W> {
     #[inline]
     fn fire(&mut self, info: MemAccessInfo) {
         self.watch.fire(&mut self.ctx, &info);
@@ -1791,7 +1838,7 @@ impl WatchedMem<'_> {
     }
 }
 
-impl MemAccess for WatchedMem<'_> {
+impl<W: Fire> MemAccess for WatchedMem<'_, W> {
     #[inline(always)]
     fn load(&mut self, addr: u64, size: u8, signed: bool) -> Result<u64, MemFault> {
         let raw = self.ctx.mem.load(addr, size)?;
