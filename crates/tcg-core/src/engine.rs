@@ -32,8 +32,8 @@ use crate::cache::{
 };
 use crate::frontend::{CpuExit, DecodeError, Flow, Frontend, MemAccess, sign_extend};
 use crate::instrument::{
-    CallbackContext, InlineKind, InsnInfo, Instrumentation, MemAccessInfo, MemCallback, MemFilter,
-    NoRegisters, Registers, Requests, Scoreboard, TbPlan, TbView,
+    CallbackContext, InsnInfo, Instrumentation, MemAccessInfo, MemCallback, MemFilter, NoRegisters,
+    Registers, Requests, Scoreboard, TbPlan, TbView,
 };
 use crate::memory::{GuestMemory, MemFault, PAGE_SIZE};
 
@@ -1318,24 +1318,18 @@ impl<F: Frontend> Engine<F> {
         let Some(actions) = Self::mem_each_actions(generation, tb) else {
             return Self::exec_hooked(generation, signals, vcpu, id, tb, cpu, mem);
         };
-        let Some((action, watch)) = Self::resolve_watch(generation, actions) else {
+        let Some((action, watch)) = Self::sole_callback(generation, actions) else {
             return Self::exec_watched_several(generation, signals, vcpu, id, tb, cpu, mem);
-        };
-        let mut requests = Requests::default();
-        let access = WatchedMem {
-            ctx: CallbackContext::new(vcpu, mem, &mut requests),
-            filter: action.filter,
-            watch,
-            signals,
         };
         // Compared by value: a loop over the slices cost 6 host
         // instructions per access more on the integer guest.
         let same_actions = |next: &[CompiledMem]| matches!(next, [a] if *a == action);
-        Self::exec_mem_each(access, same_actions, id, tb, generation, cpu)
+        let watched = (action.filter, watch, same_actions);
+        Self::exec_mem_each(generation, signals, vcpu, id, tb, watched, cpu, mem)
     }
 
     /// [`Engine::exec_watched`] for a block whose accesses each run several
-    /// memory actions. Apart from it: a second copy of the frontend's
+    /// memory actions, or one inline operation. Apart from it: a second copy of the frontend's
     /// `execute` there stopped LLVM inlining guest memory's accessors.
     #[inline(never)]
     #[allow(clippy::too_many_arguments)]
@@ -1351,20 +1345,15 @@ impl<F: Frontend> Engine<F> {
         let Some(actions) = Self::mem_each_actions(generation, tb) else {
             return Self::exec_hooked(generation, signals, vcpu, id, tb, cpu, mem);
         };
-        let mut requests = Requests::default();
-        let access = WatchedMem {
-            ctx: CallbackContext::new(vcpu, mem, &mut requests),
-            // Each action checks its own filter.
-            filter: MemFilter::All,
-            watch: MemActions {
-                actions,
-                callbacks: &generation.mem_callbacks,
-                boards: &generation.boards,
-            },
-            signals,
+        let watch = MemActions {
+            actions,
+            callbacks: &generation.mem_callbacks,
+            boards: &generation.boards,
         };
         let same_actions = |next: &[CompiledMem]| next == actions;
-        Self::exec_mem_each(access, same_actions, id, tb, generation, cpu)
+        // Each action checks its own filter.
+        let watched = (MemFilter::All, watch, same_actions);
+        Self::exec_mem_each(generation, signals, vcpu, id, tb, watched, cpu, mem)
     }
 
     /// Whether a run of out-of-line blocks goes on after block `id` ended
@@ -1518,14 +1507,26 @@ impl<F: Frontend> Engine<F> {
     /// the next MemEach block with the same action (see
     /// [`Engine::run_goes_on`]).
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     fn exec_mem_each<W: Fire>(
-        mut access: WatchedMem<'_, W>,
-        same_actions: impl Fn(&[CompiledMem]) -> bool,
+        generation: &Generation<F::Op>,
+        signals: &Signals,
+        vcpu: u32,
         first: u32,
         first_tb: &TbHeader,
-        generation: &Generation<F::Op>,
+        (filter, watch, same_actions): (MemFilter, W, impl Fn(&[CompiledMem]) -> bool),
         cpu: &mut F::Cpu,
+        mem: &mut GuestMemory,
     ) -> RunEnd {
+        // The requests live here, beside the loop that tests them after
+        // each instruction.
+        let mut requests = Requests::default();
+        let mut access = WatchedMem {
+            ctx: CallbackContext::new(vcpu, mem, &mut requests),
+            filter,
+            watch,
+            signals,
+        };
         let (mut id, mut tb) = (first, first_tb);
         let mut blocks = 0u32;
         // Instructions of the run's earlier blocks.
@@ -1661,24 +1662,21 @@ impl<F: Frontend> Engine<F> {
             .get(from..from + usize::from(entry.mem_len))
     }
 
-    /// `actions` resolved, if they are one action.
+    /// The callback of `actions`, if they are one memory callback (the
+    /// usual case: one memory-watching plugin).
     #[inline(always)]
-    fn resolve_watch<'g>(
+    fn sole_callback<'g>(
         generation: &'g Generation<F::Op>,
         actions: &[CompiledMem],
-    ) -> Option<(CompiledMem, Watch<'g>)> {
+    ) -> Option<(CompiledMem, CallWatch<'g>)> {
         let [action] = *actions else {
             return None;
         };
-        let watch = match action.kind {
-            CompiledMemKind::Call { cb } => {
-                Watch::Call(&**generation.mem_callbacks.get(cb as usize)?)
-            }
-            CompiledMemKind::Inline { board, slot, kind } => {
-                Watch::Inline(generation.boards.get(board as usize)?, slot as usize, kind)
-            }
+        let CompiledMemKind::Call { cb } = action.kind else {
+            return None;
         };
-        Some((action, watch))
+        let cb = &**generation.mem_callbacks.get(cb as usize)?;
+        Some((action, CallWatch(cb)))
     }
 
     /// Runs the actions of `hook` (before the instruction at `pc`, or on
@@ -1783,28 +1781,22 @@ impl<F: Frontend> Registers for CpuRegisters<'_, F> {
 /// A memory callback behind its `Arc`.
 type MemCallbackFn = dyn Fn(&mut CallbackContext<'_>, &MemAccessInfo) + Send + Sync;
 
-/// The one memory action of a [`ExecMode::MemEach`] block (the usual
+/// The one memory callback of a [`ExecMode::MemEach`] block (the usual
 /// case), resolved once for the block.
-enum Watch<'a> {
-    Call(&'a MemCallbackFn),
-    Inline(&'a Scoreboard, usize, InlineKind),
-}
+struct CallWatch<'a>(&'a MemCallbackFn);
 
-/// What a [`ExecMode::MemEach`] block runs on each access: its one action
-/// ([`Watch`]) or its several ([`MemActions`]).
+/// What a [`ExecMode::MemEach`] block runs on each access: its one callback
+/// ([`CallWatch`]) or its actions ([`MemActions`]).
 trait Fire {
     /// Runs the actions for access `info`, made by the instruction `ctx`
     /// describes.
     fn fire(&self, ctx: &mut CallbackContext<'_>, info: &MemAccessInfo);
 }
 
-impl Fire for Watch<'_> {
+impl Fire for CallWatch<'_> {
     #[inline(always)]
     fn fire(&self, ctx: &mut CallbackContext<'_>, info: &MemAccessInfo) {
-        match *self {
-            Watch::Call(cb) => cb(ctx, info),
-            Watch::Inline(board, slot, kind) => board.apply(ctx.vcpu, slot, kind),
-        }
+        (self.0)(ctx, info);
     }
 }
 
