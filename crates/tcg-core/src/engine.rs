@@ -1286,17 +1286,66 @@ impl<F: Frontend> Engine<F> {
         // One call site per loop. A CallEach or MemEach block whose action
         // cannot be resolved (never, by construction) takes the general
         // loop.
-        let end = if let Some(cb) = Self::call_each_callback(generation, tb) {
-            return Self::exec_call_each(generation, signals, vcpu, id, tb, cb, cpu, mem);
+        if let Some(cb) = Self::call_each_callback(generation, tb) {
+            Self::exec_call_each(generation, signals, vcpu, id, tb, cb, cpu, mem)
         } else if matches!(tb.mode, ExecMode::Steps | ExecMode::CallEach) {
-            Self::exec_instrumented::<false>(generation, signals, vcpu, tb, cpu, mem)
+            Self::exec_steps::<false>(generation, signals, vcpu, id, tb, cpu, mem)
         } else {
-            Self::exec_instrumented::<true>(generation, signals, vcpu, tb, cpu, mem)
+            Self::exec_steps::<true>(generation, signals, vcpu, id, tb, cpu, mem)
+        }
+    }
+
+    /// Runs blocks through the instrumented loop: `first`, then the blocks
+    /// it leads to while they are of its kind ([`ExecMode::Steps`], or with
+    /// `MEMORY` [`ExecMode::StepsWithMemory`]; see [`Engine::run_goes_on`]).
+    #[inline(always)]
+    fn exec_steps<const MEMORY: bool>(
+        generation: &Generation<F::Op>,
+        signals: &Signals,
+        vcpu: u32,
+        first: u32,
+        first_tb: &TbHeader,
+        cpu: &mut F::Cpu,
+        mem: &mut GuestMemory,
+    ) -> RunEnd {
+        let mode = if MEMORY {
+            ExecMode::StepsWithMemory
+        } else {
+            ExecMode::Steps
         };
-        RunEnd {
-            end,
-            last: id,
-            blocks: 1,
+        let (mut id, mut tb) = (first, first_tb);
+        let mut blocks = 0u32;
+        // Instructions of the run's earlier blocks.
+        let mut before = 0u32;
+        loop {
+            blocks += 1;
+            let end = Self::exec_instrumented::<MEMORY>(generation, signals, vcpu, tb, cpu, mem);
+            let executed = before + end.executed;
+            let next = if end.exit.is_some() {
+                None
+            } else {
+                let flags = F::tb_flags(cpu);
+                Self::run_goes_on(
+                    generation,
+                    signals,
+                    &end.requests,
+                    id,
+                    end.next_pc,
+                    flags,
+                    blocks,
+                )
+                .filter(|&(_, next_tb)| next_tb.mode == mode)
+            };
+            match next {
+                Some((next, next_tb)) => (id, tb, before) = (next, next_tb, executed),
+                None => {
+                    return RunEnd {
+                        end: BlockEnd { executed, ..end },
+                        last: id,
+                        blocks,
+                    };
+                }
+            }
         }
     }
 

@@ -800,6 +800,53 @@ fn runs_of_instrumented_blocks_keep_counts_and_stop_where_asked() {
     );
     assert_eq!(accesses.load(Relaxed), 2 * 1000);
 
+    // One callback on block entry: every block runs the general loop.
+    let entries = Arc::new(AtomicU64::new(0));
+    let (cb, e) = (counter_cb(&entries), entries.clone());
+    let mut mem = machine(&three_block_loop(1000));
+    let mut engine = Engine::new(Toy);
+    install(&mut engine, move |_tb, plan| {
+        plan.on_entry(Action::Callback(&cb));
+    });
+    let mut cpu = cpu_at(CODE);
+    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
+    assert_eq!(cpu, plain_cpu);
+    let stats = engine.stats();
+    assert_eq!(
+        (stats.blocks_executed, stats.insns_executed),
+        (plain.blocks_executed, plain.insns_executed)
+    );
+    assert_eq!(e.load(Relaxed), plain.blocks_executed);
+
+    // The same, with an exit asked for on entering the 100th block: it
+    // stops after that block's first instruction.
+    let entries = Arc::new(AtomicU64::new(0));
+    let e = entries.clone();
+    let exit_on_100th: InsnCallback = Arc::new(move |ctx: &mut CallbackContext<'_>| {
+        if e.fetch_add(1, Relaxed) == 99 {
+            ctx.request_exit();
+        }
+    });
+    let mut mem = machine(&three_block_loop(1000));
+    let mut engine = Engine::new(Toy);
+    install(&mut engine, move |_tb, plan| {
+        plan.on_entry(Action::Callback(&exit_on_100th));
+    });
+    let mut cpu = cpu_at(CODE);
+    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::ExitRequested);
+    // Block 1 is the set-up with the loop's first block, blocks 2 and 3
+    // end the first iteration, and each further iteration is three blocks:
+    // the 100th starts the 34th.
+    assert_eq!(
+        cpu.pc,
+        CODE + 0x30,
+        "stopped after the block's first instruction"
+    );
+    assert_eq!(engine.stats().insns_executed, 14 + 5 + 8 * 32 + 1);
+    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
+    assert_eq!(cpu, plain_cpu);
+    assert_eq!(entries.load(Relaxed), engine.stats().blocks_executed);
+
     // Exits asked for by the callback of the 61st jump out of the first
     // block, and by the 777th store's: each run stops right after that
     // instruction, and the guest then goes on to the same end.
