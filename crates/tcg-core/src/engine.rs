@@ -1286,8 +1286,8 @@ impl<F: Frontend> Engine<F> {
         // One call site per loop. A CallEach or MemEach block whose action
         // cannot be resolved (never, by construction) takes the general
         // loop.
-        if let Some(cb) = Self::call_each_callback(generation, tb) {
-            Self::exec_call_each(generation, signals, vcpu, id, tb, cb, cpu, mem)
+        if let Some(first_cb) = Self::call_each_callback(generation, tb) {
+            Self::exec_call_each(generation, signals, vcpu, id, tb, first_cb, cpu, mem)
         } else if matches!(tb.mode, ExecMode::Steps | ExecMode::CallEach) {
             Self::exec_steps::<false>(generation, signals, vcpu, id, tb, cpu, mem)
         } else {
@@ -1447,7 +1447,7 @@ impl<F: Frontend> Engine<F> {
         vcpu: u32,
         first: u32,
         first_tb: &TbHeader,
-        first_cb: &InsnCallbackFn,
+        first_cb: (u32, &InsnCallbackFn),
         cpu: &mut F::Cpu,
         mem: &mut GuestMemory,
     ) -> RunEnd {
@@ -1461,7 +1461,7 @@ impl<F: Frontend> Engine<F> {
             requests: &mut requests,
             registers: CpuRegisters::<F>(cpu),
         };
-        let (mut id, mut tb, mut cb) = (first, first_tb, first_cb);
+        let (mut id, mut tb, (mut slot, mut cb)) = (first, first_tb, first_cb);
         let mut blocks = 0u32;
         // Instructions of the run's earlier blocks.
         let mut before = 0u32;
@@ -1523,14 +1523,19 @@ impl<F: Frontend> Engine<F> {
                 blocks,
             )
             .and_then(|(next, next_tb)| {
-                Some((
-                    next,
-                    next_tb,
-                    Self::call_each_callback(generation, next_tb)?,
-                ))
+                // Blocks of a run mostly share the callback: it is looked
+                // up again only when it changes.
+                let next_slot = Self::call_each_slot(generation, next_tb)?;
+                if next_slot == slot {
+                    return Some((next, next_tb, slot, cb));
+                }
+                let next_cb = &**generation.callbacks.get(next_slot as usize)?;
+                Some((next, next_tb, next_slot, next_cb))
             });
             match next {
-                Some((next, next_tb, next_cb)) => (id, tb, cb) = (next, next_tb, next_cb),
+                Some((next, next_tb, next_slot, next_cb)) => {
+                    (id, tb, slot, cb) = (next, next_tb, next_slot, next_cb);
+                }
                 None => {
                     let end = BlockEnd {
                         next_pc,
@@ -1676,20 +1681,27 @@ impl<F: Frontend> Engine<F> {
         }
     }
 
-    /// The one callback of a [`ExecMode::CallEach`] block (`None` for other
-    /// blocks).
+    /// The slot of the one callback of a [`ExecMode::CallEach`] block in
+    /// the generation's callback table (`None` for other blocks).
     #[inline(always)]
-    fn call_each_callback<'g>(
-        generation: &'g Generation<F::Op>,
-        tb: &TbHeader,
-    ) -> Option<&'g InsnCallbackFn> {
+    fn call_each_slot(generation: &Generation<F::Op>, tb: &TbHeader) -> Option<u32> {
         if tb.mode != ExecMode::CallEach {
             return None;
         }
         // Hook 0 is the (empty) entry hook; every instruction's hook names
         // the same callback.
-        let hook = generation.hooks.get(tb.instr_start as usize + 1)?;
-        Some(&**generation.callbacks.get(hook.sole_call as usize)?)
+        Some(generation.hooks.get(tb.instr_start as usize + 1)?.sole_call)
+    }
+
+    /// The one callback of a [`ExecMode::CallEach`] block (`None` for other
+    /// blocks), with its slot.
+    #[inline(always)]
+    fn call_each_callback<'g>(
+        generation: &'g Generation<F::Op>,
+        tb: &TbHeader,
+    ) -> Option<(u32, &'g InsnCallbackFn)> {
+        let slot = Self::call_each_slot(generation, tb)?;
+        Some((slot, &**generation.callbacks.get(slot as usize)?))
     }
 
     /// The memory actions every memory-accessing instruction of a
