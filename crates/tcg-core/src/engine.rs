@@ -794,12 +794,18 @@ impl<F: Frontend> Engine<F> {
                     }
                 }
             };
-            if tb.plan_version != self.current.plan_version {
-                // Cached before a re-instrumentation: plan it again, then
-                // look it up anew (through the same chain slot).
+            let tb = if tb.plan_version == self.current.plan_version {
+                tb
+            } else {
+                // Cached before a re-instrumentation: plan it again and run
+                // it. A request made while planning is seen after it, as
+                // one made by its callbacks is.
                 self.replan(tb_id);
-                continue;
-            }
+                match self.current.tbs.get(tb_id as usize) {
+                    Some(tb) => tb,
+                    None => continue,
+                }
+            };
             let current = &self.current;
             prev = tb_id;
             blocks += 1;
@@ -834,10 +840,14 @@ impl<F: Frontend> Engine<F> {
                 F::set_pc(cpu, pc);
                 // Instrumented blocks run out of line (see `exec_hooked`),
                 // possibly several in a row.
-                let run = if tb.mode == ExecMode::MemEach {
-                    Self::exec_watched(current, &self.signals, vcpu.index, tb_id, tb, cpu, mem)
-                } else {
-                    Self::exec_hooked(current, &self.signals, vcpu.index, tb_id, tb, cpu, mem)
+                let run = match tb.mode {
+                    ExecMode::MemEach => {
+                        Self::exec_watched(current, &self.signals, vcpu.index, tb_id, tb, cpu, mem)
+                    }
+                    ExecMode::Steps | ExecMode::StepsWithMemory => {
+                        self.exec_steps_run(vcpu.index, tb_id, cpu, mem)
+                    }
+                    _ => Self::exec_hooked(current, &self.signals, vcpu.index, tb_id, tb, cpu, mem),
                 };
                 prev = run.last;
                 blocks += u64::from(run.blocks) - 1;
@@ -1161,7 +1171,7 @@ impl<F: Frontend> Engine<F> {
     /// The instrumented loop: the plain loop's walk over the block's ops,
     /// with each instruction's hook alongside: its actions run before it and
     /// its memory actions during it. Stops after an instruction whose
-    /// callbacks requested a flush or exit. Inlined into `exec_hooked`.
+    /// callbacks requested a flush or exit. Inlined into `exec_steps_run`.
     /// `MEMORY` says whether the block has memory actions; without them,
     /// instructions execute directly on guest memory, as in the plain loop.
     #[inline(always)]
@@ -1265,13 +1275,109 @@ impl<F: Frontend> Engine<F> {
         }
     }
 
-    /// Runs an instrumented block other than a [`ExecMode::MemEach`] one
-    /// (see [`ExecMode`]), and after a CallEach block the CallEach blocks it
-    /// leads to. Out of line, unlike the plain loop: each loop inlines a
-    /// copy of the frontend's `execute`, and with all of them in the vCPU
-    /// loop the plain loop ran 3-6% slower (criterion
-    /// `plugins/per_insn/none`); a block with callbacks costs far more than
-    /// the call.
+    /// Runs a [`ExecMode::Steps`] or [`ExecMode::StepsWithMemory`] block
+    /// through the general loop, and the blocks of its kind it leads to (see
+    /// [`Engine::run_goes_on`]), also a block cached before a
+    /// re-instrumentation: it plans that block again and goes on if it is
+    /// still of the run's kind.
+    /// After a plugin reset, every block of a loop is such a block once, and
+    /// returning to the vCPU loop for each made a reset cost 7% more host
+    /// instructions (malloc, `cargo xtask reset-count`).
+    #[inline(never)]
+    fn exec_steps_run(
+        &mut self,
+        vcpu: u32,
+        first: u32,
+        cpu: &mut F::Cpu,
+        mem: &mut GuestMemory,
+    ) -> RunEnd {
+        let mode = self
+            .current
+            .tbs
+            .get(first as usize)
+            .map_or(ExecMode::Steps, |tb| tb.mode);
+        let mut id = first;
+        let mut blocks = 0u32;
+        // Instructions of the run's earlier blocks, and where they ended.
+        let mut before = 0u32;
+        let mut next_pc = F::pc(cpu);
+        loop {
+            let generation = &self.current;
+            let signals = &self.signals;
+            let Some(tb) = generation.tbs.get(id as usize) else {
+                // Unreachable: `id` was looked up just before.
+                return RunEnd {
+                    end: BlockEnd {
+                        next_pc,
+                        executed: before,
+                        exit: None,
+                        requests: Requests::default(),
+                    },
+                    last: id,
+                    blocks,
+                };
+            };
+            blocks += 1;
+            // Both loops in one function (with the mode tested per block)
+            // measured faster than a copy of this loop for each.
+            let end = if mode == ExecMode::Steps {
+                Self::exec_instrumented::<false>(generation, signals, vcpu, tb, cpu, mem)
+            } else {
+                Self::exec_instrumented::<true>(generation, signals, vcpu, tb, cpu, mem)
+            };
+            let executed = before + end.executed;
+            let next = if end.exit.is_some() {
+                None
+            } else {
+                let flags = F::tb_flags(cpu);
+                Self::run_link(
+                    generation,
+                    signals,
+                    &end.requests,
+                    id,
+                    end.next_pc,
+                    flags,
+                    blocks,
+                )
+                .map(|(next, tb)| (next, tb.plan_version != generation.plan_version))
+            };
+            let Some((next, stale)) = next else {
+                return RunEnd {
+                    end: BlockEnd { executed, ..end },
+                    last: id,
+                    blocks,
+                };
+            };
+            if stale {
+                // Planned again, it may run another way, and planning may
+                // have asked for a flush or exit.
+                self.replan(next);
+                let replanned = self.current.tbs.get(next as usize).map(|tb| tb.mode);
+                if replanned != Some(mode) || self.signals.pending.load(Ordering::Relaxed) != 0 {
+                    return RunEnd {
+                        end: BlockEnd { executed, ..end },
+                        last: id,
+                        blocks,
+                    };
+                }
+            } else if self.current.tbs.get(next as usize).map(|tb| tb.mode) != Some(mode) {
+                return RunEnd {
+                    end: BlockEnd { executed, ..end },
+                    last: id,
+                    blocks,
+                };
+            }
+            (id, before, next_pc) = (next, executed, end.next_pc);
+        }
+    }
+
+    /// Runs a [`ExecMode::CallEach`] block and the CallEach blocks it leads
+    /// to (and, should a block's plan not resolve, that block alone through
+    /// the general loop). Out of line, like each kind of instrumented block
+    /// and unlike the plain loop: each loop inlines a copy of the frontend's
+    /// `execute`, and with all of them in the vCPU loop the plain loop ran
+    /// 3-6% slower (criterion `plugins/per_insn/none`); a block with
+    /// callbacks costs far more than the call.
     #[inline(never)]
     #[allow(clippy::too_many_arguments)]
     fn exec_hooked(
@@ -1288,63 +1394,17 @@ impl<F: Frontend> Engine<F> {
         // loop.
         if let Some(first_cb) = Self::call_each_callback(generation, tb) {
             Self::exec_call_each(generation, signals, vcpu, id, tb, first_cb, cpu, mem)
-        } else if matches!(tb.mode, ExecMode::Steps | ExecMode::CallEach) {
-            Self::exec_steps::<false>(generation, signals, vcpu, id, tb, cpu, mem)
         } else {
-            Self::exec_steps::<true>(generation, signals, vcpu, id, tb, cpu, mem)
-        }
-    }
-
-    /// Runs blocks through the instrumented loop: `first`, then the blocks
-    /// it leads to while they are of its kind ([`ExecMode::Steps`], or with
-    /// `MEMORY` [`ExecMode::StepsWithMemory`]; see [`Engine::run_goes_on`]).
-    #[inline(always)]
-    fn exec_steps<const MEMORY: bool>(
-        generation: &Generation<F::Op>,
-        signals: &Signals,
-        vcpu: u32,
-        first: u32,
-        first_tb: &TbHeader,
-        cpu: &mut F::Cpu,
-        mem: &mut GuestMemory,
-    ) -> RunEnd {
-        let mode = if MEMORY {
-            ExecMode::StepsWithMemory
-        } else {
-            ExecMode::Steps
-        };
-        let (mut id, mut tb) = (first, first_tb);
-        let mut blocks = 0u32;
-        // Instructions of the run's earlier blocks.
-        let mut before = 0u32;
-        loop {
-            blocks += 1;
-            let end = Self::exec_instrumented::<MEMORY>(generation, signals, vcpu, tb, cpu, mem);
-            let executed = before + end.executed;
-            let next = if end.exit.is_some() {
-                None
+            // Never, by construction: one block, through the general loop.
+            let end = if tb.mode == ExecMode::CallEach {
+                Self::exec_instrumented::<false>(generation, signals, vcpu, tb, cpu, mem)
             } else {
-                let flags = F::tb_flags(cpu);
-                Self::run_goes_on(
-                    generation,
-                    signals,
-                    &end.requests,
-                    id,
-                    end.next_pc,
-                    flags,
-                    blocks,
-                )
-                .filter(|&(_, next_tb)| next_tb.mode == mode)
+                Self::exec_instrumented::<true>(generation, signals, vcpu, tb, cpu, mem)
             };
-            match next {
-                Some((next, next_tb)) => (id, tb, before) = (next, next_tb, executed),
-                None => {
-                    return RunEnd {
-                        end: BlockEnd { executed, ..end },
-                        last: id,
-                        blocks,
-                    };
-                }
+            RunEnd {
+                end,
+                last: id,
+                blocks: 1,
             }
         }
     }
@@ -1423,14 +1483,28 @@ impl<F: Frontend> Engine<F> {
         flags: u32,
         blocks: u32,
     ) -> Option<(u32, &'g TbHeader)> {
+        Self::run_link(generation, signals, requests, id, next_pc, flags, blocks)
+            .filter(|&(_, tb)| tb.plan_version == generation.plan_version)
+    }
+
+    /// [`Engine::run_goes_on`] whatever plan the next block has.
+    #[inline(always)]
+    fn run_link<'g>(
+        generation: &'g Generation<F::Op>,
+        signals: &Signals,
+        requests: &Requests,
+        id: u32,
+        next_pc: u64,
+        flags: u32,
+        blocks: u32,
+    ) -> Option<(u32, &'g TbHeader)> {
         if blocks >= MAX_RUN_BLOCKS
             || requests.any()
             || signals.pending.load(Ordering::Relaxed) != 0
         {
             return None;
         }
-        let (next, tb) = generation.chained(id, next_pc, flags)?;
-        (tb.plan_version == generation.plan_version).then_some((next, tb))
+        generation.chained(id, next_pc, flags)
     }
 
     /// The loop of [`ExecMode::CallEach`] blocks: a block's one callback

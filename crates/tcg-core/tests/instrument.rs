@@ -818,6 +818,34 @@ fn runs_of_instrumented_blocks_keep_counts_and_stop_where_asked() {
     );
     assert_eq!(e.load(Relaxed), plain.blocks_executed);
 
+    // The same, re-instrumented (as by a plugin reset) through a handle on
+    // entering every 100th block: the blocks of the loop are planned again
+    // on their way, and nothing is counted twice or missed.
+    let entries = Arc::new(AtomicU64::new(0));
+    let handle = Arc::new(OnceLock::<FlushHandle>::new());
+    let (e, h) = (entries.clone(), handle.clone());
+    let reinstrument_every_100th: InsnCallback = Arc::new(move |_: &mut CallbackContext<'_>| {
+        if e.fetch_add(1, Relaxed) % 100 == 99 {
+            h.get().expect("set before the run").request_reinstrument();
+        }
+    });
+    let mut mem = machine(&three_block_loop(1000));
+    let mut engine = Engine::new(Toy);
+    handle.set(engine.flush_handle()).expect("set once");
+    install(&mut engine, move |_tb, plan| {
+        plan.on_entry(Action::Callback(&reinstrument_every_100th));
+    });
+    let mut cpu = cpu_at(CODE);
+    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
+    assert_eq!(cpu, plain_cpu);
+    let stats = engine.stats();
+    assert_eq!(stats.insns_executed, plain.insns_executed);
+    assert_eq!(entries.load(Relaxed), stats.blocks_executed);
+    assert!(
+        stats.tbs_replanned >= 3 * 29,
+        "each of the loop's blocks planned again after most of the 30 resets: {stats:?}"
+    );
+
     // The same, with an exit asked for on entering the 100th block: it
     // stops after that block's first instruction.
     let entries = Arc::new(AtomicU64::new(0));
