@@ -107,9 +107,9 @@ pub(crate) enum ExecMode {
     /// A [`ExecMode::StepsWithMemory`] plan that is the same memory actions
     /// on every instruction that accesses memory and nothing else (a
     /// memory-watching plugin): a loop that arms those actions once per
-    /// block instead of walking each instruction's hook. With one action, it
-    /// goes on into the chained block if that is plain or a MemEach block
-    /// with the same action, without returning to the vCPU loop.
+    /// block instead of walking each instruction's hook, and goes on into
+    /// the chained block if that is plain or a MemEach block with the same
+    /// actions, without returning to the vCPU loop.
     MemEach,
     /// The general case: as [`ExecMode::Steps`], with instructions executing
     /// through an accessor that runs their memory actions.
