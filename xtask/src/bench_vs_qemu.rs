@@ -251,6 +251,7 @@ fn parse_options(args: &[String]) -> Result<Options> {
 
 /// `cargo xtask bench-vs-qemu [--runs N] [--only NAME,...] [--flush] [--no-docs]`.
 pub fn run(root: &Path, args: &[String]) -> Result<()> {
+    note_revision();
     let options = parse_options(args)?;
     realworld::ensure_tools(&[
         Tool::new(QEMU, &["qemu-user"]),
@@ -1056,6 +1057,24 @@ fn utc_now() -> String {
         .unwrap_or_else(|| "an unknown date".to_owned())
 }
 
+/// The revision the measured binaries are built from: taken when a task
+/// starts, since the tree may move on while it runs (a docs commit, say).
+static REVISION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Records the checked-out revision (see [`REVISION`]); the first call wins.
+fn note_revision() {
+    REVISION.get_or_init(|| {
+        Command::new("git")
+            .args(["rev-parse", "--short", "HEAD"])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_else(|| "?".to_owned())
+    });
+}
+
 /// `N cores (nproc), CPU model, qemu version, tcgkit revision`.
 fn machine() -> String {
     let run = |cmd: &str, args: &[&str]| {
@@ -1078,7 +1097,8 @@ fn machine() -> String {
         })
         .unwrap_or_else(|| "unknown CPU".to_owned());
     let qemu = run(QEMU, &["--version"]).unwrap_or_else(|| QEMU.to_owned());
-    let rev = run("git", &["rev-parse", "--short", "HEAD"]).unwrap_or_else(|| "?".to_owned());
+    note_revision();
+    let rev = REVISION.get().map_or("?", String::as_str);
     format!("{cores} cores (`nproc`), {cpu}; {qemu}; tcgkit release build at {rev}")
 }
 

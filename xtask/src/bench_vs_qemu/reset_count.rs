@@ -55,6 +55,7 @@ struct Row {
 }
 
 pub fn run(root: &Path, args: &[String]) -> Result<()> {
+    super::note_revision();
     let mut only = vec![DEFAULT_WORKLOAD.to_owned()];
     let mut docs = true;
     let mut rest = args.iter();
