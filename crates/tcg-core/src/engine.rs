@@ -794,18 +794,12 @@ impl<F: Frontend> Engine<F> {
                     }
                 }
             };
-            let tb = if tb.plan_version == self.current.plan_version {
-                tb
-            } else {
-                // Cached before a re-instrumentation: plan it again and run
-                // it. A request made while planning is seen after it, as
-                // one made by its callbacks is.
+            if tb.plan_version != self.current.plan_version {
+                // Cached before a re-instrumentation: plan it again, then
+                // look it up anew (through the same chain slot).
                 self.replan(tb_id);
-                match self.current.tbs.get(tb_id as usize) {
-                    Some(tb) => tb,
-                    None => continue,
-                }
-            };
+                continue;
+            }
             let current = &self.current;
             prev = tb_id;
             blocks += 1;
