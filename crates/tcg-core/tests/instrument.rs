@@ -757,11 +757,12 @@ fn run_three_block_loop(
     (exits, cpu, engine.stats())
 }
 
-/// Blocks with one callback on every instruction, or one memory action on
-/// every access, run several in a row out of the vCPU loop: the engine
-/// still counts every block and instruction, every callback runs once, and
-/// a request from a callback deep in such a run stops it after that
-/// instruction.
+/// Blocks with one callback on every instruction, one memory action on
+/// every access, or a block-entry callback run several in a row out of the
+/// vCPU loop: the engine still counts every block and instruction, every
+/// callback runs once, a request from a callback deep in such a run stops
+/// it after that instruction, and blocks a re-instrumentation left to plan
+/// again are planned on the way.
 #[test]
 fn runs_of_instrumented_blocks_keep_counts_and_stop_where_asked() {
     let (plain_exits, plain_cpu, plain) = run_three_block_loop(|_| {});
