@@ -758,11 +758,12 @@ impl<Op: Copy> Generation<Op> {
     /// Whether the `len` hooks at `start` (block entry first) of the block
     /// whose ops start at `ops_start` are no action before any instruction
     /// and the same memory actions on each instruction that accesses
-    /// memory (those that do not never have one: see `Engine::plan_block`).
-    fn mem_each(&self, start: u32, len: u32, ops_start: u32) -> bool {
-        let Some([_, insn_hooks @ ..]) = self.hooks.get(start as usize..(start + len) as usize)
-        else {
-            return false;
+    /// memory (those that do not never have one: see `Engine::plan_block`);
+    /// if so, where the first such instruction's actions are (`mem_start`,
+    /// `mem_len`), for the entry hook to name (see [`InsnHook`]).
+    fn shared_mem(&self, start: u32, len: u32, ops_start: u32) -> Option<(u32, u16)> {
+        let [_, insn_hooks @ ..] = self.hooks.get(start as usize..(start + len) as usize)? else {
+            return None;
         };
         let ops = self
             .ops
@@ -772,14 +773,9 @@ impl<Op: Copy> Generation<Op> {
             let from = h.mem_start as usize;
             self.mem_actions.get(from..from + usize::from(h.mem_len))
         };
-        let Some(one) = insn_hooks
-            .iter()
-            .find(|h| h.mem_len != 0)
-            .and_then(mem_actions)
-        else {
-            return false;
-        };
-        ops.len() == insn_hooks.len()
+        let first = insn_hooks.iter().find(|h| h.mem_len != 0)?;
+        let one = mem_actions(first)?;
+        let shared = ops.len() == insn_hooks.len()
             && self
                 .hooks
                 .get(start as usize)
@@ -797,7 +793,8 @@ impl<Op: Copy> Generation<Op> {
                     } else {
                         h.mem_len == 0
                     }
-            })
+            });
+        shared.then_some((first.mem_start, first.mem_len))
     }
 
     /// Whether two compiled memory actions do the same thing: callbacks are
@@ -1232,8 +1229,11 @@ impl<Op: Copy> Generation<Op> {
         }
         let (start, len) = (idx(at.hooks), idx(insns + 1));
         if !plan.mem.is_empty() {
-            if self.mem_each(start, len, ops_start) {
-                self.point_entry_at_shared_mem(start, len);
+            if let Some((mem_start, mem_len)) = self.shared_mem(start, len, ops_start) {
+                if let Some(entry) = self.hooks.get_mut(start as usize) {
+                    entry.mem_start = mem_start;
+                    entry.mem_len = mem_len;
+                }
                 ExecMode::MemEach
             } else {
                 ExecMode::StepsWithMemory
@@ -1242,21 +1242,6 @@ impl<Op: Copy> Generation<Op> {
             ExecMode::CallEach
         } else {
             ExecMode::Steps
-        }
-    }
-
-    /// Points the entry hook of the MemEach block whose `len` hooks start at
-    /// `start` at the memory actions its memory-accessing instructions all
-    /// share (see [`InsnHook`]).
-    fn point_entry_at_shared_mem(&mut self, start: u32, len: u32) {
-        let Some([entry, insn_hooks @ ..]) =
-            self.hooks.get_mut(start as usize..(start + len) as usize)
-        else {
-            return;
-        };
-        if let Some(first) = insn_hooks.iter().find(|h| h.mem_len != 0) {
-            entry.mem_start = first.mem_start;
-            entry.mem_len = first.mem_len;
         }
     }
 

@@ -1333,9 +1333,9 @@ impl<F: Frontend> Engine<F> {
                     flags,
                     blocks,
                 )
-                .map(|(next, tb)| (next, tb.plan_version != generation.plan_version))
+                .map(|(next, tb)| (next, tb.plan_version != generation.plan_version, tb.mode))
             };
-            let Some((next, stale)) = next else {
+            let Some((next, stale, next_mode)) = next else {
                 return RunEnd {
                     end: BlockEnd { executed, ..end },
                     last: id,
@@ -1354,7 +1354,7 @@ impl<F: Frontend> Engine<F> {
                         blocks,
                     };
                 }
-            } else if self.current.tbs.get(next as usize).map(|tb| tb.mode) != Some(mode) {
+            } else if next_mode != mode {
                 return RunEnd {
                     end: BlockEnd { executed, ..end },
                     last: id,
