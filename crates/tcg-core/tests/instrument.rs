@@ -737,19 +737,26 @@ fn three_block_loop_insns(n: u64) -> u64 {
     11 + 8 * n + 1
 }
 
+/// An engine with `plan` installed, memory holding `three_block_loop(1000)`
+/// and a cpu at its start.
+fn three_block_machine<T: Fn(&TbView<'_>, &mut TbPlan) + Send + Sync + 'static>(
+    plan: T,
+) -> (Engine<Toy>, GuestMemory, Cpu) {
+    let mut engine = Engine::new(Toy);
+    install(&mut engine, plan);
+    (engine, machine(&three_block_loop(1000)), cpu_at(CODE))
+}
+
 /// Runs `three_block_loop(1000)` with `attach` planning every instruction,
 /// to its end; returns the exits, the cpu and the engine's stats.
 fn run_three_block_loop(
     attach: impl Fn(&InsnPlan) + Send + Sync + 'static,
 ) -> (Vec<CpuExit>, Cpu, EngineStats) {
-    let mut mem = machine(&three_block_loop(1000));
-    let mut engine = Engine::new(Toy);
-    install(&mut engine, move |_tb, plan| {
+    let (mut engine, mut mem, mut cpu) = three_block_machine(move |_tb, plan| {
         for insn in plan.insns() {
             attach(&insn);
         }
     });
-    let mut cpu = cpu_at(CODE);
     let mut exits = Vec::new();
     while exits.last() != Some(&CpuExit::Syscall) && exits.len() < 100 {
         exits.push(engine.run(&mut cpu, &mut mem));
@@ -804,12 +811,9 @@ fn runs_of_instrumented_blocks_keep_counts_and_stop_where_asked() {
     // One callback on block entry: every block runs the general loop.
     let entries = Arc::new(AtomicU64::new(0));
     let (cb, e) = (counter_cb(&entries), entries.clone());
-    let mut mem = machine(&three_block_loop(1000));
-    let mut engine = Engine::new(Toy);
-    install(&mut engine, move |_tb, plan| {
+    let (mut engine, mut mem, mut cpu) = three_block_machine(move |_tb, plan| {
         plan.on_entry(Action::Callback(&cb));
     });
-    let mut cpu = cpu_at(CODE);
     assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
     assert_eq!(cpu, plain_cpu);
     let stats = engine.stats();
@@ -830,13 +834,10 @@ fn runs_of_instrumented_blocks_keep_counts_and_stop_where_asked() {
             h.get().expect("set before the run").request_reinstrument();
         }
     });
-    let mut mem = machine(&three_block_loop(1000));
-    let mut engine = Engine::new(Toy);
-    handle.set(engine.flush_handle()).expect("set once");
-    install(&mut engine, move |_tb, plan| {
+    let (mut engine, mut mem, mut cpu) = three_block_machine(move |_tb, plan| {
         plan.on_entry(Action::Callback(&reinstrument_every_100th));
     });
-    let mut cpu = cpu_at(CODE);
+    handle.set(engine.flush_handle()).expect("set once");
     assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
     assert_eq!(cpu, plain_cpu);
     let stats = engine.stats();
@@ -856,12 +857,9 @@ fn runs_of_instrumented_blocks_keep_counts_and_stop_where_asked() {
             ctx.request_exit();
         }
     });
-    let mut mem = machine(&three_block_loop(1000));
-    let mut engine = Engine::new(Toy);
-    install(&mut engine, move |_tb, plan| {
+    let (mut engine, mut mem, mut cpu) = three_block_machine(move |_tb, plan| {
         plan.on_entry(Action::Callback(&exit_on_100th));
     });
-    let mut cpu = cpu_at(CODE);
     assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::ExitRequested);
     // Block 1 is the set-up with the loop's first block, blocks 2 and 3
     // end the first iteration, and each further iteration is three blocks:
@@ -887,14 +885,11 @@ fn runs_of_instrumented_blocks_keep_counts_and_stop_where_asked() {
             ctx.request_exit();
         }
     });
-    let mut mem = machine(&three_block_loop(1000));
-    let mut engine = Engine::new(Toy);
-    install(&mut engine, move |_tb, plan| {
+    let (mut engine, mut mem, mut cpu) = three_block_machine(move |_tb, plan| {
         for insn in plan.insns() {
             insn.on_execute(Action::Callback(&exit_once));
         }
     });
-    let mut cpu = cpu_at(CODE);
     assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::ExitRequested);
     assert_eq!(
         cpu.pc,
@@ -917,14 +912,11 @@ fn runs_of_instrumented_blocks_keep_counts_and_stop_where_asked() {
                 ctx.request_exit();
             }
         });
-    let mut mem = machine(&three_block_loop(1000));
-    let mut engine = Engine::new(Toy);
-    install(&mut engine, move |_tb, plan| {
+    let (mut engine, mut mem, mut cpu) = three_block_machine(move |_tb, plan| {
         for insn in plan.insns() {
             insn.on_memory(MemFilter::All, MemAction::Callback(&exit_on_store));
         }
     });
-    let mut cpu = cpu_at(CODE);
     assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::ExitRequested);
     assert_eq!(*pcs.lock().unwrap(), [(CODE + 0x44, 777)]);
     assert_eq!(
