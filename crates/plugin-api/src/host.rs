@@ -134,7 +134,11 @@ pub(crate) struct Guard {
 impl Guard {
     #[inline(always)]
     pub(crate) fn live(&self) -> bool {
-        self.generation >= self.slot.oldest_live.load(Ordering::Acquire)
+        let live = self.generation >= self.slot.oldest_live.load(Ordering::Acquire);
+        if !live {
+            retired();
+        }
+        live
     }
 
     /// The callback `what` panicked: the plugin is removed.
@@ -152,6 +156,18 @@ impl Guard {
             }
         }
     }
+}
+
+/// The path of a call reaching a retired registration: cold, so that the
+/// wrappers lay out a live callback's path with no taken branch (measured
+/// with the `mem` plugin on the integer guest: 3.50 -> 2.88 ns added per
+/// access). `black_box` keeps the call, and with it the hint, from being
+/// optimised away. (`std::hint::cold_path` says the same, but needs Rust
+/// 1.95.)
+#[cold]
+#[inline(never)]
+fn retired() {
+    std::hint::black_box(());
 }
 
 fn panic_text(payload: &(dyn Any + Send)) -> String {
@@ -707,11 +723,14 @@ impl PluginHandle {
     /// Exactly when things happen:
     /// - Until the completion, the registrations made before this call keep
     ///   delivering callbacks: the executing instruction's remaining ones,
-    ///   including its memory callbacks, and (when the request comes from
-    ///   another thread) those of instructions run before the engine
-    ///   reaches its next safe point. No event is missed in between.
-    /// - At that safe point (right after the instruction, for a request
-    ///   from a callback), every translated block's instrumentation is
+    ///   including its memory callbacks, and those of the instructions run
+    ///   before the engine reaches its next safe point. No event is missed
+    ///   in between.
+    /// - That safe point is the end of the executing block at the latest
+    ///   (the engine tests for requests through a handle once per block; a
+    ///   block with several kinds of instrumentation stops sooner, right
+    ///   after an instruction whose callbacks ran). There every translated
+    ///   block's instrumentation is
     ///   retired ([`Engine::reinstrument`]: O(1); each block keeps its
     ///   decoded code and is planned again, with every plugin's `tb_trans`,
     ///   before it next runs).

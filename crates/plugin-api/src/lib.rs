@@ -20,9 +20,10 @@
 //!
 //! [`PluginHandle::reset`] and [`PluginHandle::uninstall`] may be called
 //! from any callback, on any vCPU, or from another thread. They take effect
-//! at the next safe point, right after the executing instruction: that
-//! instruction's remaining callbacks, including its memory callbacks, still
-//! run; then the instrumentation of every translated block is retired, and
+//! at the next safe point, the end of the executing block at the latest:
+//! until then the block's remaining callbacks, including the executing
+//! instruction's memory callbacks, still run; then the instrumentation of
+//! every translated block is retired, and
 //! the completion runs exactly once. For a reset that is tcg-core's
 //! re-instrumentation: O(1), each block keeps its decoded code and is
 //! planned again before it next runs. For an uninstall it is a flush:

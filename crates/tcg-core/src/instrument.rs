@@ -10,9 +10,10 @@
 //! Memory callbacks of the executing instruction are handed to the memory
 //! accessor as a borrow of the generation's list, scoped to that one
 //! instruction: no per-vCPU pointer to the list exists that could outlive it.
-//! A flush requested from any callback ([`CallbackContext::request_flush`] or
-//! a [`crate::FlushHandle`]) happens at the next safe point, after the
-//! current instruction and all its memory callbacks completed; the retired
+//! A flush requested from any callback happens at a safe point: through
+//! [`CallbackContext::request_flush`], right after the current instruction
+//! and all its memory callbacks; through a [`crate::FlushHandle`], at the
+//! end of the executing block at the latest. The retired
 //! generation (and its callback lists) is freed only once every vCPU passed a
 //! quiescent point.
 //!
@@ -823,14 +824,11 @@ impl Requests {
     const FLUSH: u8 = 1;
     const REINSTRUMENT: u8 = 2;
     const EXIT: u8 = 4;
-    /// End the block after this instruction, nothing more: another thread
-    /// (or a callback, through a handle) asked something of the engine.
-    const STOP: u8 = 8;
 
-    /// Ends the block after the current instruction.
+    /// Adds `other`'s requests to these.
     #[inline(always)]
-    pub(crate) fn stop(&mut self) {
-        self.bits |= Self::STOP;
+    pub(crate) fn merge(&mut self, other: Requests) {
+        self.bits |= other.bits;
     }
 
     #[inline(always)]
@@ -859,7 +857,9 @@ pub struct CallbackContext<'a, R: ?Sized = dyn Registers + 'a> {
     pub(crate) vcpu: u32,
     pub(crate) pc: u64,
     pub(crate) mem: &'a mut GuestMemory,
-    pub(crate) requests: &'a mut Requests,
+    /// Held by value: the loop reads it straight from its own frame after
+    /// each call, with no pointer to load first.
+    pub(crate) requests: Requests,
     /// Last: the field the context is unsized over.
     pub(crate) registers: R,
 }
@@ -877,12 +877,12 @@ impl<'a> CallbackContext<'a, NoRegisters> {
     /// A memory callback's context on `vcpu` (no registers), its pc set
     /// as the instructions go.
     #[inline(always)]
-    pub(crate) fn new(vcpu: u32, mem: &'a mut GuestMemory, requests: &'a mut Requests) -> Self {
+    pub(crate) fn new(vcpu: u32, mem: &'a mut GuestMemory) -> Self {
         CallbackContext {
             vcpu,
             pc: 0,
             mem,
-            requests,
+            requests: Requests::default(),
             registers: NoRegisters,
         }
     }

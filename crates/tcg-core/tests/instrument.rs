@@ -361,6 +361,28 @@ fn one_memory_action_on_every_instruction_sees_what_separate_ones_see() {
         insn.on_memory(MemFilter::Writes, MemAction::Inline(add));
     });
     assert_eq!(board.get(0, 0), 2);
+    // Several inline operations and no callback (the `mem,inline=on`
+    // plugin's shape): each access applies exactly those its filter selects.
+    let board = Arc::new(Scoreboard::new(3, 1));
+    let b = board.clone();
+    run_memory_program(move |insn| {
+        for (filter, slot, imm) in [
+            (MemFilter::Reads, 0, 1),
+            (MemFilter::Writes, 1, 1),
+            (MemFilter::All, 2, 10),
+        ] {
+            let op = InlineOp {
+                board: &b,
+                slot,
+                kind: InlineKind::Add(imm),
+            };
+            insn.on_memory(filter, MemAction::Inline(op));
+        }
+    });
+    assert_eq!(
+        (board.get(0, 0), board.get(0, 1), board.get(0, 2)),
+        (3, 2, 50)
+    );
 }
 
 #[test]
@@ -387,11 +409,20 @@ fn exit_requested_from_a_memory_callback_on_every_instruction_stops_after_it() {
 }
 
 /// A flush asked for through a handle (as from another thread) by a memory
-/// callback of a block with the same memory callback on every access
-/// takes effect after that instruction, before the next access.
+/// callback of a block with the same memory callback on every access takes
+/// effect at the end of that block: its later accesses still run their
+/// callbacks, and the next block is translated anew.
 #[test]
-fn a_flush_through_a_handle_from_a_memory_callback_ends_the_block_after_it() {
-    let code = [ld(1, 4, 0), ld(2, 4, 8), ld(3, 4, 16), syscall()];
+fn a_flush_through_a_handle_from_a_memory_callback_takes_effect_at_the_block_end() {
+    // Two blocks: three loads ending in a jump, then a load and the exit.
+    let code = [
+        ld(1, 4, 0),
+        ld(2, 4, 8),
+        ld(3, 4, 16),
+        jmp(4),
+        ld(5, 4, 24),
+        syscall(),
+    ];
     let mut mem = machine(&code);
     let mut engine = Engine::new(Toy);
     let flush = engine.flush_handle();
@@ -415,12 +446,15 @@ fn a_flush_through_a_handle_from_a_memory_callback_ends_the_block_after_it() {
     let mut cpu = cpu_at(CODE);
     cpu.x[4] = DATA;
     assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
-    // The second load ran in a block translated after the flush.
+    // The first block's loads ran under its one translation; the second
+    // block was translated after the flush (translation 2), and nothing was
+    // translated twice.
     assert_eq!(
         *seen.lock().unwrap(),
-        [(CODE, 1), (CODE + 4, 2), (CODE + 8, 2)]
+        [(CODE, 1), (CODE + 4, 1), (CODE + 8, 1), (CODE + 16, 2)]
     );
     assert_eq!(engine.stats().flushes, flushes + 1);
+    assert_eq!(translations.load(Relaxed), 2);
 }
 
 #[test]
