@@ -1551,7 +1551,8 @@ impl<F: Frontend> Engine<F> {
             let mut iter = ops.iter();
             while let Some(op) = iter.next() {
                 let pc = base.wrapping_add(u64::from(op.offset));
-                F::set_pc(ctx.registers.0, pc);
+                // The callback reads the pc from here, not from the
+                // register file (`CallbackContext::read_register`).
                 ctx.pc = pc;
                 cb(&mut ctx);
                 match F::execute(ctx.registers.0, &op.op, pc, ctx.mem) {

@@ -32,7 +32,9 @@ pub trait Frontend: Send + Sync + 'static {
     /// Human-readable disassembly of the raw instruction bytes at `pc`.
     fn disassemble(&self, raw: &[u8], pc: u64) -> String;
     /// Reads a register by architectural name (`"a0"`, `"x10"`, `"pc"`, ...);
-    /// `None` if the name is unknown.
+    /// `None` if the name is unknown. `"pc"` must name the program counter:
+    /// callbacks read it as the executing instruction's address, which the
+    /// engine supplies.
     fn read_register(cpu: &Self::Cpu, name: &str) -> Option<u64>;
     /// Every name [`Frontend::read_register`] accepts, in a stable order.
     fn register_names(&self) -> &'static [&'static str];

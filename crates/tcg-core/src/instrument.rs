@@ -902,7 +902,10 @@ impl<R: Registers + ?Sized> CallbackContext<'_, R> {
     /// address); `None` in memory callbacks, which run while the instruction
     /// is updating the register file, and for unknown names.
     pub fn read_register(&self, name: &str) -> Option<u64> {
-        self.registers.read(name)
+        let value = self.registers.read(name)?;
+        // The loop keeps the pc outside the register file while it runs a
+        // block: the context's is the executing instruction's.
+        Some(if name == "pc" { self.pc } else { value })
     }
     /// Reads guest memory (permissions are checked as for a guest load).
     pub fn read_memory(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), MemFault> {
