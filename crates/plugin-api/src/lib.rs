@@ -131,4 +131,6 @@ pub use registry::{PluginFactory, PluginRegistry};
 pub use symbols::SymbolTable;
 pub use trans::{Access, ExecContext, InsnTrans, SharedExecCallback, SharedMemCallback, TbTrans};
 
-pub use tcgkit_tcg_core::{Compare, InlineKind, MemAccessInfo, MemFilter, Scoreboard};
+pub use tcgkit_tcg_core::{
+    Compare, InlineKind, MemAccessInfo, MemFilter, Scoreboard, ScoreboardEntry,
+};

@@ -219,6 +219,15 @@ impl Scoreboard {
         }
         sum
     }
+    /// Entry `slot` of every vCPU's row, checked once here (`None` past the
+    /// row) so that each operation through it costs one bounds check: for
+    /// callbacks counting per vCPU, as QEMU's `qemu_plugin_u64`.
+    pub fn entry(self: &Arc<Self>, slot: usize) -> Option<ScoreboardEntry> {
+        (slot < self.slots).then(|| ScoreboardEntry {
+            board: Arc::clone(self),
+            slot,
+        })
+    }
     /// Adds `value` to `slot` of `vcpu`'s row, for a `slot` already known
     /// to be inside the row (a compiled tally's): the cell index is then in
     /// range exactly when `vcpu` is, so one bounds check does for both.
@@ -250,6 +259,48 @@ fn add_to(cell: &AtomicU64, value: u64) {
         cell.load(Ordering::Relaxed).wrapping_add(value),
         Ordering::Relaxed,
     );
+}
+
+/// One entry of every vCPU's row of a [`Scoreboard`], made by
+/// [`Scoreboard::entry`]: QEMU's `qemu_plugin_u64`. Operations on vCPU
+/// indices past the board are ignored, as the board's own are.
+#[derive(Clone, Debug)]
+pub struct ScoreboardEntry {
+    board: Arc<Scoreboard>,
+    /// Inside the row: checked by [`Scoreboard::entry`].
+    slot: usize,
+}
+
+impl ScoreboardEntry {
+    /// Adds `value` (wrapping) to `vcpu`'s value; only `vcpu`'s own thread
+    /// should, as for [`Scoreboard::add`].
+    #[inline]
+    pub fn add(&self, vcpu: u32, value: u64) {
+        self.board.add_in_row(vcpu, self.slot, value);
+    }
+    /// `vcpu`'s value (0 past the board).
+    #[inline]
+    pub fn get(&self, vcpu: u32) -> u64 {
+        self.board.get(vcpu, self.slot)
+    }
+    /// Sets `vcpu`'s value.
+    #[inline]
+    pub fn set(&self, vcpu: u32, value: u64) {
+        self.board.set(vcpu, self.slot, value);
+    }
+    /// Sum over all vCPUs (wrapping).
+    #[inline]
+    pub fn sum(&self) -> u64 {
+        self.board.sum(self.slot)
+    }
+    /// The board it belongs to.
+    pub fn board(&self) -> &Arc<Scoreboard> {
+        &self.board
+    }
+    /// Its index in each vCPU's row.
+    pub fn slot(&self) -> usize {
+        self.slot
+    }
 }
 
 /// What an inline operation does to its scoreboard entry.
@@ -932,6 +983,23 @@ impl<R: Registers + ?Sized> CallbackContext<'_, R> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn entries_are_checked_once_and_ignore_vcpus_past_the_board() {
+        let board = Arc::new(Scoreboard::new(2, 3));
+        assert!(board.entry(2).is_none(), "past the row");
+        let entry = board.entry(1).expect("inside the row");
+        entry.add(0, 5);
+        entry.add(2, 7);
+        entry.add(3, 100); // no row 3: not even row 0 of a next board
+        entry.set(1, 1);
+        assert_eq!((entry.get(0), entry.get(1), entry.get(2)), (5, 1, 7));
+        assert_eq!(entry.get(3), 0);
+        assert_eq!(entry.sum(), 13);
+        assert_eq!(board.sum(0), 0, "slot 0 untouched");
+        assert_eq!(entry.slot(), 1);
+        assert!(Arc::ptr_eq(entry.board(), &board));
+    }
 
     #[test]
     fn row_adds_ignore_vcpus_past_the_board() {

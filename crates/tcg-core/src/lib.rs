@@ -115,6 +115,6 @@ pub use frontend::{CpuExit, DecodeError, Decoded, Flow, Frontend, MemAccess, sig
 pub use instrument::{
     Action, CallbackContext, Compare, Condition, InlineKind, InlineOp, InsnCallback, InsnInfo,
     InsnPlan, Instrumentation, MemAccessInfo, MemAction, MemCallback, MemFilter, Registers,
-    Scoreboard, TbPlan, TbView,
+    Scoreboard, ScoreboardEntry, TbPlan, TbView,
 };
 pub use memory::{AccessKind, GuestMemory, MemError, MemFault, MemFaultKind, PAGE_SIZE, Perms};

@@ -59,9 +59,8 @@ impl Plugin for InsnCount {
         let me = Arc::clone(&self);
         // One callback for every instruction, built once (QEMU's plugin
         // registers one function for all of them too).
-        let board = Arc::clone(&self.board);
-        let count =
-            handle.shared_exec_callback(Access::NONE, move |ctx| board.add(ctx.vcpu(), 0, 1));
+        let insns = super::entry("insn", &self.board, 0)?;
+        let count = handle.shared_exec_callback(Access::NONE, move |ctx| insns.add(ctx.vcpu(), 1));
         handle.on_tb_trans(move |tb| {
             for mut insn in tb.insns() {
                 if me.inline {
