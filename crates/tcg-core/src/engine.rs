@@ -1903,7 +1903,9 @@ fn call<F: Frontend>(
         registers: CpuRegisters::<F>(cpu),
     };
     cb(&mut ctx);
-    requests.merge(ctx.requests);
+    if ctx.requests.any() {
+        requests.merge(ctx.requests);
+    }
 }
 
 /// The executing vCPU's register file, as callbacks read it. A CallEach

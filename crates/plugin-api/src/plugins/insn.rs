@@ -59,8 +59,13 @@ impl Plugin for InsnCount {
         let me = Arc::clone(&self);
         // One callback for every instruction, built once (QEMU's plugin
         // registers one function for all of them too).
-        let insns = super::entry("insn", &self.board, 0)?;
-        let count = handle.shared_exec_callback(Access::NONE, move |ctx| insns.add(ctx.vcpu(), 1));
+        // The board, not a `ScoreboardEntry`: counting through an entry
+        // took 4 host instructions fewer per call but measured slower (4
+        // `insn` plugins: 23.3 -> 25.1 ns added per insn on integer, 26.4
+        // -> 27.1 on malloc).
+        let board = Arc::clone(&self.board);
+        let count =
+            handle.shared_exec_callback(Access::NONE, move |ctx| board.add(ctx.vcpu(), 0, 1));
         handle.on_tb_trans(move |tb| {
             for mut insn in tb.insns() {
                 if me.inline {

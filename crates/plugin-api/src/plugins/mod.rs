@@ -13,24 +13,9 @@ pub mod syscall;
 
 use std::sync::Arc;
 
-use tcgkit_tcg_core::{Scoreboard, ScoreboardEntry};
-
-use crate::PluginError;
+use tcgkit_tcg_core::Scoreboard;
 
 /// A scoreboard with one row per vCPU of `vcpus`.
 fn board(slots: usize, vcpus: u32) -> Arc<Scoreboard> {
     Arc::new(Scoreboard::new(slots, vcpus.max(1) as usize))
-}
-
-/// Entry `slot` of `plugin`'s `board`, for a callback counting per vCPU:
-/// one bounds check per count instead of three.
-fn entry(
-    plugin: &str,
-    board: &Arc<Scoreboard>,
-    slot: usize,
-) -> Result<ScoreboardEntry, PluginError> {
-    board.entry(slot).ok_or_else(|| PluginError::InstallFailed {
-        plugin: plugin.to_owned(),
-        reason: format!("its scoreboard has no entry {slot}"),
-    })
 }
