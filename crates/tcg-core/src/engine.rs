@@ -1903,9 +1903,7 @@ fn call<F: Frontend>(
         registers: CpuRegisters::<F>(cpu),
     };
     cb(&mut ctx);
-    if ctx.requests.any() {
-        requests.merge(ctx.requests);
-    }
+    requests.merge(ctx.requests);
 }
 
 /// The executing vCPU's register file, as callbacks read it. A CallEach
