@@ -1346,19 +1346,16 @@ impl<F: Frontend> Engine<F> {
                     blocks,
                 };
             };
-            if stale {
+            let goes_on = if stale {
                 // Planned again, it may run another way, and planning may
                 // have asked for a flush or exit.
                 self.replan(next);
                 let replanned = self.current.tbs.get(next as usize).map(|tb| tb.mode);
-                if replanned != Some(mode) || self.signals.pending.load(Ordering::Relaxed) != 0 {
-                    return RunEnd {
-                        end: BlockEnd { executed, ..end },
-                        last: id,
-                        blocks,
-                    };
-                }
-            } else if next_mode != mode {
+                replanned == Some(mode) && self.signals.pending.load(Ordering::Relaxed) == 0
+            } else {
+                next_mode == mode
+            };
+            if !goes_on {
                 return RunEnd {
                     end: BlockEnd { executed, ..end },
                     last: id,
@@ -1611,7 +1608,7 @@ impl<F: Frontend> Engine<F> {
                 if next_slot == slot {
                     return Some((next, next_tb, slot, cb));
                 }
-                let next_cb = &**generation.callbacks.get(next_slot as usize)?;
+                let next_cb = Self::callback_in_slot(generation, next_slot)?;
                 Some((next, next_tb, next_slot, next_cb))
             });
             match next {
@@ -1781,7 +1778,13 @@ impl<F: Frontend> Engine<F> {
         tb: &TbHeader,
     ) -> Option<(u32, &'g InsnCallbackFn)> {
         let slot = Self::call_each_slot(generation, tb)?;
-        Some((slot, &**generation.callbacks.get(slot as usize)?))
+        Some((slot, Self::callback_in_slot(generation, slot)?))
+    }
+
+    /// The instruction callback in `slot` of the generation's table.
+    #[inline(always)]
+    fn callback_in_slot(generation: &Generation<F::Op>, slot: u32) -> Option<&InsnCallbackFn> {
+        Some(&**generation.callbacks.get(slot as usize)?)
     }
 
     /// The memory actions every memory-accessing instruction of a
