@@ -119,7 +119,11 @@ pub(crate) struct Slot {
     current: AtomicU64,
     /// Callbacks registered under an older generation are dead: it moves
     /// when a reset or uninstall completes, and to `u64::MAX` on failure.
-    /// Every wrapped callback checks it before calling into the plugin.
+    /// Checked before calling into the plugin by the callbacks the host
+    /// calls itself (tb_trans, vCPU, syscall, flush, atexit), and when a
+    /// shared execution or memory callback is attached; execution and
+    /// memory callbacks are not checked per call: none of their plans
+    /// outlives the registration (see `trans::exec_callback`).
     oldest_live: AtomicU64,
     host: Weak<Inner>,
 }

@@ -667,6 +667,143 @@ fn a_panicking_tb_trans_removes_only_its_plugin() -> TestResult {
     Ok(())
 }
 
+/// How a plugin in [`a_panicking_callback_stops_its_plugin_after_that_instruction`]
+/// panics.
+#[derive(Clone, Copy, Debug)]
+enum PanicIn {
+    /// Its one shared callback on every instruction (the CallEach loop).
+    SharedExec,
+    /// The first of two callbacks on every instruction; the second panics
+    /// too once the first did (the general loop).
+    FirstOfTwo,
+    /// Its one shared memory callback on every access (the MemEach loop).
+    SharedMemory,
+}
+
+/// A plugin whose callback panics on its 5th call is removed with one
+/// message; its callbacks stop after the instruction that was executing
+/// (callbacks still due for it run), the guest runs to its end, and another
+/// plugin, if any, counts every instruction. The 5th call is in the middle
+/// of the first block (7 instructions). Alone, the plugin's blocks run
+/// through the loops of one callback kind, which test requests through a
+/// handle at the block's end only; with the inline counter, through the
+/// general loop.
+#[test]
+fn a_panicking_callback_stops_its_plugin_after_that_instruction() -> TestResult {
+    let cases = [
+        (PanicIn::SharedExec, false),
+        (PanicIn::SharedExec, true),
+        (PanicIn::FirstOfTwo, true),
+        (PanicIn::SharedMemory, false),
+        (PanicIn::SharedMemory, true),
+    ];
+    for (case, with_counter) in cases {
+        let out = Shared::default();
+        let host = PluginHost::new(GuestInfo::user("riscv64", 1), Box::new(out.clone()));
+        let counter = Arc::new(InsnCount::from_args(
+            &args("insn", &[("inline", "on")]),
+            host.guest(),
+        )?);
+        if with_counter {
+            host.install("insn", counter.clone())?;
+        }
+        let case_name = format!("{case:?}, counter: {with_counter}");
+        // Calls of the panicking callback, and of the one after it.
+        let (calls, after) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let (c, a) = (calls.clone(), after.clone());
+        host.install(
+            "crashy",
+            Arc::new(Custom(move |h: &PluginHandle| {
+                let counted = c.clone();
+                let crash = move || {
+                    if counted.fetch_add(1, Relaxed) + 1 == 5 {
+                        panic!("crashy gives up");
+                    }
+                };
+                match case {
+                    PanicIn::SharedExec => {
+                        let shared = h.shared_exec_callback(Access::NONE, move |_| crash());
+                        h.on_tb_trans(move |tb| {
+                            for mut insn in tb.insns() {
+                                insn.on_exec_shared(&shared);
+                            }
+                        });
+                    }
+                    PanicIn::FirstOfTwo => {
+                        let (a, c) = (a.clone(), c.clone());
+                        let crash = Arc::new(crash);
+                        h.on_tb_trans(move |tb| {
+                            for mut insn in tb.insns() {
+                                let crash = crash.clone();
+                                insn.on_exec(Access::NONE, move |_| crash());
+                                let (a, c) = (a.clone(), c.clone());
+                                insn.on_exec(Access::NONE, move |_| {
+                                    a.fetch_add(1, Relaxed);
+                                    if c.load(Relaxed) >= 5 {
+                                        panic!("crashy's second callback gives up too");
+                                    }
+                                });
+                            }
+                        });
+                    }
+                    PanicIn::SharedMemory => {
+                        let shared = h.shared_mem_callback(Access::NONE, move |_, _| crash());
+                        h.on_tb_trans(move |tb| {
+                            for mut insn in tb.insns() {
+                                insn.on_mem_shared(MemFilter::All, &shared);
+                            }
+                        });
+                    }
+                }
+            })),
+        )?;
+        let (mut mem, mut cpu) = machine(&loop_program())?;
+        let mut engine = Engine::new(Rv64::new());
+        host.attach(&mut engine);
+        host.vcpu_init(0);
+        assert_eq!(
+            engine.run(&mut cpu, &mut mem),
+            CpuExit::Syscall,
+            "{case_name}"
+        );
+        host.vcpu_exit(0);
+        host.finish()?;
+        assert_eq!(cpu.x(A1 as u8), 10, "{case_name}: the loop ran to its end");
+        if with_counter {
+            assert_eq!(counter.total(), 53, "{case_name}");
+        }
+        assert_eq!(
+            calls.load(Relaxed),
+            5,
+            "{case_name}: no call after the panic"
+        );
+        if let PanicIn::FirstOfTwo = case {
+            assert_eq!(
+                after.load(Relaxed),
+                5,
+                "the panicking instruction's second callback still runs, no later one"
+            );
+        }
+        let failures = host.failures();
+        assert_eq!(
+            failures.len(),
+            1,
+            "{case_name}: reported once: {failures:?}"
+        );
+        assert!(
+            failures[0].contains("crashy") && failures[0].contains("crashy gives up"),
+            "{case_name}: {failures:?}"
+        );
+        assert!(out.text().contains(&failures[0]), "{case_name}");
+        assert_eq!(
+            host.installed().len(),
+            usize::from(with_counter),
+            "{case_name}"
+        );
+    }
+    Ok(())
+}
+
 #[test]
 fn vcpu_events_and_per_vcpu_scoreboards() -> TestResult {
     let host = PluginHost::new(GuestInfo::user("riscv64", 2), Box::new(std::io::sink()));
