@@ -1459,6 +1459,7 @@ impl<F: Frontend> Engine<F> {
             inline_only: actions
                 .iter()
                 .all(|a| matches!(a.kind, CompiledMemKind::Inline { .. })),
+            by_direction: InlineByDirection::resolve(actions, &generation.boards),
         };
         let same_actions = |next: &[CompiledMem]| next == actions;
         // Each action checks its own filter.
@@ -1958,12 +1959,73 @@ struct SeveralActions<'a> {
     /// alone (measured: `mem,inline=on` 1,800.1 -> 1,713.7 M host
     /// instructions on the integer guest).
     inline_only: bool,
+    /// Set when they are inline operations only, at most one for each
+    /// direction of access: see [`InlineByDirection`].
+    by_direction: Option<InlineByDirection<'a>>,
+}
+
+/// An inline operation with its board looked up and its slot known to be
+/// inside the board's row.
+#[derive(Clone, Copy)]
+struct RowOp<'a> {
+    board: &'a Scoreboard,
+    slot: usize,
+    kind: InlineKind,
+}
+
+/// The inline operation a load applies and the one a store applies,
+/// resolved once per run: an access then makes no filter test and no
+/// board lookup, and checks one bound (measured: `mem,inline=on` on the
+/// integer guest 1,709.1 -> 1,472.3 M host instructions, user time +5.5
+/// -> +3.7 ns per access on integer, malloc and lua).
+#[derive(Clone, Copy)]
+struct InlineByDirection<'a> {
+    /// For loads, then for stores.
+    ops: [Option<RowOp<'a>>; 2],
+}
+
+impl<'a> InlineByDirection<'a> {
+    /// `None` if `actions` hold a callback, or two operations for one
+    /// direction (their order would matter). An operation on a missing
+    /// board or past the row does nothing, as [`apply_inline`]'s does, and
+    /// is left out.
+    fn resolve(actions: &[CompiledMem], boards: &'a [Arc<Scoreboard>]) -> Option<Self> {
+        let mut ops = [None; 2];
+        for action in actions {
+            let CompiledMemKind::Inline { board, slot, kind } = action.kind else {
+                return None;
+            };
+            let slot = slot as usize;
+            let Some(board) = boards.get(board as usize).filter(|b| slot < b.slots()) else {
+                continue;
+            };
+            for is_store in [false, true] {
+                if action.filter.matches(is_store) {
+                    let op = &mut ops[usize::from(is_store)];
+                    if op.is_some() {
+                        return None;
+                    }
+                    *op = Some(RowOp { board, slot, kind });
+                }
+            }
+        }
+        Some(InlineByDirection { ops })
+    }
+
+    #[inline(always)]
+    fn apply(&self, vcpu: u32, is_store: bool) {
+        if let Some(op) = &self.ops[usize::from(is_store)] {
+            op.board.apply_in_row(vcpu, op.slot, op.kind);
+        }
+    }
 }
 
 impl Fire for SeveralActions<'_> {
     #[inline(always)]
     fn fire(&self, ctx: &mut CallbackContext<'_>, info: &MemAccessInfo) {
-        if self.inline_only {
+        if let Some(by_direction) = &self.by_direction {
+            by_direction.apply(ctx.vcpu, info.is_store);
+        } else if self.inline_only {
             for action in self.actions.actions {
                 if let CompiledMemKind::Inline { board, slot, kind } = action.kind {
                     if action.filter.matches(info.is_store) {

@@ -240,6 +240,18 @@ impl Scoreboard {
             add_to(c, value);
         }
     }
+    /// [`Scoreboard::apply`] for a `slot` already known to be inside the
+    /// row (see [`Scoreboard::add_in_row`]).
+    #[inline(always)]
+    pub(crate) fn apply_in_row(&self, vcpu: u32, slot: usize, op: InlineKind) {
+        let index = (vcpu as usize).wrapping_mul(self.slots).wrapping_add(slot);
+        if let Some(c) = self.cells.get(index) {
+            match op {
+                InlineKind::Add(imm) => add_to(c, imm),
+                InlineKind::Store(imm) => c.store(imm, Ordering::Relaxed),
+            }
+        }
+    }
     #[inline(always)]
     pub(crate) fn apply(&self, vcpu: u32, slot: usize, op: InlineKind) {
         if let Some(c) = self.cell(vcpu, slot) {

@@ -361,28 +361,40 @@ fn one_memory_action_on_every_instruction_sees_what_separate_ones_see() {
         insn.on_memory(MemFilter::Writes, MemAction::Inline(add));
     });
     assert_eq!(board.get(0, 0), 2);
-    // Several inline operations and no callback (the `mem,inline=on`
-    // plugin's shape): each access applies exactly those its filter selects.
-    let board = Arc::new(Scoreboard::new(3, 1));
-    let b = board.clone();
-    run_memory_program(move |insn| {
-        for (filter, slot, imm) in [
-            (MemFilter::Reads, 0, 1),
-            (MemFilter::Writes, 1, 1),
-            (MemFilter::All, 2, 10),
-        ] {
-            let op = InlineOp {
-                board: &b,
-                slot,
-                kind: InlineKind::Add(imm),
-            };
-            insn.on_memory(filter, MemAction::Inline(op));
-        }
-    });
-    assert_eq!(
-        (board.get(0, 0), board.get(0, 1), board.get(0, 2)),
-        (3, 2, 50)
-    );
+    // Several inline operations and no callback: each access applies
+    // exactly those its filter selects. With at most one per direction
+    // (the `mem,inline=on` plugin's shape) they are resolved for the run;
+    // an operation on a slot past the board does nothing.
+    type InlineOps = &'static [(MemFilter, usize, InlineKind)];
+    let inline_only = |ops: InlineOps| {
+        let board = Arc::new(Scoreboard::new(3, 1));
+        let b = board.clone();
+        run_memory_program(move |insn| {
+            for &(filter, slot, kind) in ops {
+                let op = InlineOp {
+                    board: &b,
+                    slot,
+                    kind,
+                };
+                insn.on_memory(filter, MemAction::Inline(op));
+            }
+        });
+        (board.get(0, 0), board.get(0, 1), board.get(0, 2))
+    };
+    use InlineKind::{Add, Store};
+    use MemFilter::{All, Reads, Writes};
+    let cases: [(InlineOps, (u64, u64, u64)); 4] = [
+        (
+            &[(Reads, 0, Add(1)), (Writes, 1, Add(1)), (All, 2, Add(10))],
+            (3, 2, 50),
+        ),
+        (&[(Reads, 0, Add(1)), (Writes, 1, Add(1))], (3, 2, 0)),
+        (&[(All, 2, Add(10)), (Reads, 7, Add(1))], (0, 0, 50)),
+        (&[(Writes, 0, Store(9)), (Reads, 1, Store(4))], (9, 4, 0)),
+    ];
+    for (ops, expected) in cases {
+        assert_eq!(inline_only(ops), expected, "{ops:?}");
+    }
 }
 
 #[test]
