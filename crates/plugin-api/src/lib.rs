@@ -29,15 +29,19 @@
 //! planned again before it next runs. For an uninstall it is a flush:
 //! tcg-core retires the cache generation in O(1) and frees it only once no
 //! vCPU can be inside it. After the completion, no callback of the old
-//! registration runs: no block carries it any more, and each callback also
-//! checks its plugin's registration generation. Other plugins are untouched. This makes a known QEMU bug impossible (a reset
+//! registration runs: no block carries it any more (every block's plan is
+//! retired before the completion runs, and planned again before the block
+//! next runs), and a shared callback made before the reset is no longer
+//! attached. Other plugins are untouched. This makes a known QEMU bug impossible (a reset
 //! from the instruction callback of a load freed the callback arrays while
 //! the vCPU still pointed at the load's memory callbacks): here the memory
 //! callbacks are a borrow of a generation that outlives the instruction.
 //!
-//! A callback that panics is caught: its plugin is uninstalled (all its
-//! callbacks stop at once) with a message naming it on the plugin output
-//! and in [`PluginHost::failures`]; its atexit callbacks still run at
+//! A callback that panics is caught: its plugin is uninstalled with a
+//! message naming it on the plugin output and in [`PluginHost::failures`].
+//! Its callbacks stop after the instruction that was executing (the block
+//! ends there; callbacks still due for that instruction run, and a panic
+//! among them is not reported again). Its atexit callbacks still run at
 //! [`PluginHost::finish`]; the guest and the other plugins go on.
 //!
 //! # Bundled plugins
