@@ -1976,8 +1976,8 @@ struct RowOp<'a> {
 /// The inline operation a load applies and the one a store applies,
 /// resolved once per run: an access then makes no filter test and no
 /// board lookup, and checks one bound (measured: `mem,inline=on` on the
-/// integer guest 1,709.1 -> 1,472.3 M host instructions, user time +5.5
-/// -> +3.7 ns per access on integer, malloc and lua).
+/// integer guest 1,709.1 -> 1,472.3 M host instructions, user time
+/// +5.2-5.6 -> +3.6-4.3 ns per access on integer, malloc and lua).
 #[derive(Clone, Copy)]
 struct InlineByDirection<'a> {
     /// For loads, then for stores.
