@@ -104,6 +104,9 @@ pub(crate) enum ExecMode {
     /// instead of each instruction's hook, and goes on into the CallEach
     /// block the last one is chained to without returning to the vCPU loop.
     CallEach,
+    /// A [`ExecMode::Steps`] plan with actions on block entry only (a
+    /// block-counting plugin): the entry actions, then the plain loop.
+    OnEntry,
     /// A [`ExecMode::StepsWithMemory`] plan that is the same memory actions
     /// on every instruction that accesses memory and nothing else (a
     /// memory-watching plugin): a loop that arms those actions once per
@@ -121,7 +124,11 @@ impl ExecMode {
     fn runs_steps(self) -> bool {
         matches!(
             self,
-            ExecMode::Steps | ExecMode::CallEach | ExecMode::MemEach | ExecMode::StepsWithMemory
+            ExecMode::Steps
+                | ExecMode::CallEach
+                | ExecMode::OnEntry
+                | ExecMode::MemEach
+                | ExecMode::StepsWithMemory
         )
     }
     /// Runs the plain loop with tallies (its plan is tallies).
@@ -755,6 +762,16 @@ impl<Op: Copy> Generation<Op> {
             && rest.iter().all(|h| h.sole_call == first.sole_call)
     }
 
+    /// Whether the `len` hooks at `start` (block entry first) are actions on
+    /// entry and none before any instruction.
+    fn acts_on_entry_only(&self, start: u32, len: u32) -> bool {
+        let Some([entry, insns @ ..]) = self.hooks.get(start as usize..(start + len) as usize)
+        else {
+            return false;
+        };
+        entry.actions_len != 0 && insns.iter().all(|h| h.actions_len == 0)
+    }
+
     /// Whether the `len` hooks at `start` (block entry first) of the block
     /// whose ops start at `ops_start` are no action before any instruction
     /// and the same memory actions on each instruction that accesses
@@ -941,6 +958,7 @@ impl<Op: Copy> Generation<Op> {
             }
             ExecMode::Steps
             | ExecMode::CallEach
+            | ExecMode::OnEntry
             | ExecMode::MemEach
             | ExecMode::StepsWithMemory => {
                 let hooks = self.hooks.get(start..start + len)?;
@@ -1240,6 +1258,8 @@ impl<Op: Copy> Generation<Op> {
             }
         } else if self.calls_each(start, len) {
             ExecMode::CallEach
+        } else if self.acts_on_entry_only(start, len) {
+            ExecMode::OnEntry
         } else {
             ExecMode::Steps
         }

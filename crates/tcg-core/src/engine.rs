@@ -845,6 +845,9 @@ impl<F: Frontend> Engine<F> {
                     ExecMode::Steps | ExecMode::StepsWithMemory => {
                         self.exec_steps_run(vcpu.index, tb_id, cpu, mem)
                     }
+                    ExecMode::OnEntry => {
+                        Self::exec_on_entry(current, &self.signals, vcpu.index, tb_id, tb, cpu, mem)
+                    }
                     _ => Self::exec_hooked(current, &self.signals, vcpu.index, tb_id, tb, cpu, mem),
                 };
                 prev = run.last;
@@ -1363,6 +1366,123 @@ impl<F: Frontend> Engine<F> {
                 };
             }
             (id, before, next_pc) = (next, executed, end.next_pc);
+        }
+    }
+
+    /// Runs an [`ExecMode::OnEntry`] block: its entry actions, then the
+    /// plain loop, where the general loop would test each instruction's
+    /// (empty) hook; and the OnEntry blocks it leads to (see
+    /// [`Engine::run_goes_on`]). Out of line, like the other instrumented
+    /// blocks. A request made by an entry callback, or through a handle and
+    /// seen right after the entry callbacks, takes effect after the block's
+    /// first instruction, as in the general loop.
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn exec_on_entry(
+        generation: &Generation<F::Op>,
+        signals: &Signals,
+        vcpu: u32,
+        first: u32,
+        first_tb: &TbHeader,
+        cpu: &mut F::Cpu,
+        mem: &mut GuestMemory,
+    ) -> RunEnd {
+        let mut access = InstrumentedMem {
+            mem,
+            actions: MemActions {
+                actions: &[],
+                callbacks: &generation.mem_callbacks,
+                boards: &generation.boards,
+            },
+            vcpu,
+            pc: first_tb.pc,
+            requests: Requests::default(),
+        };
+        let (mut id, mut tb) = (first, first_tb);
+        let mut blocks = 0u32;
+        // Instructions of the run's earlier blocks.
+        let mut before = 0u32;
+        loop {
+            blocks += 1;
+            let entry = generation
+                .hooks
+                .get(tb.instr_start as usize)
+                .unwrap_or(&EMPTY_HOOK);
+            let called = Self::run_actions(generation, entry, vcpu, tb.pc, cpu, &mut access);
+            if called && (access.requests.any() || signals.pending.load(Ordering::Relaxed) != 0) {
+                let end = Self::exec_first(generation, tb, cpu, access.mem, access.requests);
+                let end = BlockEnd {
+                    executed: before + end.executed,
+                    ..end
+                };
+                return RunEnd {
+                    end,
+                    last: id,
+                    blocks,
+                };
+            }
+            let end = Self::exec_plain(generation, tb, cpu, access.mem);
+            let executed = before + end.executed;
+            let next = if end.exit.is_some() {
+                None
+            } else {
+                let flags = F::tb_flags(cpu);
+                Self::run_goes_on(
+                    generation,
+                    signals,
+                    &access.requests,
+                    id,
+                    end.next_pc,
+                    flags,
+                    blocks,
+                )
+                .filter(|&(_, next_tb)| next_tb.mode == ExecMode::OnEntry)
+            };
+            match next {
+                Some((next, next_tb)) => {
+                    (id, tb, before) = (next, next_tb, executed);
+                    access.pc = next_tb.pc;
+                }
+                None => {
+                    return RunEnd {
+                        end: BlockEnd { executed, ..end },
+                        last: id,
+                        blocks,
+                    };
+                }
+            }
+        }
+    }
+
+    /// Executes the first instruction of `tb` alone, ending the block after
+    /// it with `requests`.
+    #[cold]
+    fn exec_first(
+        generation: &Generation<F::Op>,
+        tb: &TbHeader,
+        cpu: &mut F::Cpu,
+        mem: &mut GuestMemory,
+        requests: Requests,
+    ) -> BlockEnd {
+        let Some(op) = generation.ops_of(tb).unwrap_or_default().first() else {
+            return BlockEnd {
+                next_pc: tb.pc.wrapping_add(u64::from(tb.size)),
+                executed: 0,
+                exit: None,
+                requests,
+            };
+        };
+        let pc = tb.pc.wrapping_add(u64::from(op.offset));
+        let next_pc = match F::execute(cpu, &op.op, pc, mem) {
+            Flow::Next => pc.wrapping_add(u64::from(op.len)),
+            Flow::Jump(target) => target,
+            Flow::Exit(exit) => return Self::exit_at(exit, pc, op.len, 1, requests),
+        };
+        BlockEnd {
+            next_pc,
+            executed: 1,
+            exit: None,
+            requests,
         }
     }
 

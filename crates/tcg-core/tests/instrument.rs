@@ -854,7 +854,8 @@ fn runs_of_instrumented_blocks_keep_counts_and_stop_where_asked() {
     );
     assert_eq!(accesses.load(Relaxed), 2 * 1000);
 
-    // One callback on block entry: every block runs the general loop.
+    // One callback on block entry: every block runs its entry actions, then
+    // the plain loop (`ExecMode::OnEntry`), in runs of such blocks.
     let entries = Arc::new(AtomicU64::new(0));
     let (cb, e) = (counter_cb(&entries), entries.clone());
     let (mut engine, mut mem, mut cpu) = three_block_machine(move |_tb, plan| {
