@@ -731,8 +731,9 @@ impl PluginHandle {
     ///   in between.
     /// - That safe point is the end of the executing block at the latest
     ///   (the engine tests for requests through a handle once per block; a
-    ///   block with several kinds of instrumentation stops sooner, right
-    ///   after an instruction whose callbacks ran). There every translated
+    ///   block with callbacks on entry or several kinds of instrumentation
+    ///   stops sooner, right after an instruction whose callbacks ran, the
+    ///   first for entry callbacks). There every translated
     ///   block's instrumentation is
     ///   retired ([`Engine::reinstrument`]: O(1); each block keeps its
     ///   decoded code and is planned again, with every plugin's `tb_trans`,
