@@ -1327,21 +1327,8 @@ impl<F: Frontend> Engine<F> {
                 Self::exec_instrumented::<true>(generation, signals, vcpu, tb, cpu, mem)
             };
             let executed = before + end.executed;
-            let next = if end.exit.is_some() {
-                None
-            } else {
-                let flags = F::tb_flags(cpu);
-                Self::run_link(
-                    generation,
-                    signals,
-                    &end.requests,
-                    id,
-                    end.next_pc,
-                    flags,
-                    blocks,
-                )
-                .map(|(next, tb)| (next, tb.plan_version != generation.plan_version, tb.mode))
-            };
+            let next = Self::link_after(generation, signals, id, &end, cpu, blocks)
+                .map(|(next, tb)| (next, tb.plan_version != generation.plan_version, tb.mode));
             let Some((next, stale, next_mode)) = next else {
                 return RunEnd {
                     end: BlockEnd { executed, ..end },
@@ -1423,26 +1410,15 @@ impl<F: Frontend> Engine<F> {
             }
             let end = Self::exec_plain(generation, tb, cpu, access.mem);
             let executed = before + end.executed;
-            let next = if end.exit.is_some() {
-                None
-            } else {
-                let flags = F::tb_flags(cpu);
-                Self::run_goes_on(
-                    generation,
-                    signals,
-                    &access.requests,
-                    id,
-                    end.next_pc,
-                    flags,
-                    blocks,
-                )
-                .filter(|&(_, next_tb)| next_tb.mode == ExecMode::OnEntry)
-            };
+            // (No entry callback made a request: that path returned above.)
+            let next = Self::link_after(generation, signals, id, &end, cpu, blocks).filter(
+                |&(_, next_tb)| {
+                    next_tb.plan_version == generation.plan_version
+                        && next_tb.mode == ExecMode::OnEntry
+                },
+            );
             match next {
-                Some((next, next_tb)) => {
-                    (id, tb, before) = (next, next_tb, executed);
-                    access.pc = next_tb.pc;
-                }
+                Some((next, next_tb)) => (id, tb, before) = (next, next_tb, executed),
                 None => {
                     return RunEnd {
                         end: BlockEnd { executed, ..end },
@@ -1570,16 +1546,19 @@ impl<F: Frontend> Engine<F> {
         let Some(actions) = Self::mem_each_actions(generation, tb) else {
             return Self::exec_hooked(generation, signals, vcpu, id, tb, cpu, mem);
         };
+        let by_direction = InlineByDirection::resolve(actions, &generation.boards);
         let watch = SeveralActions {
             actions: MemActions {
                 actions,
                 callbacks: &generation.mem_callbacks,
                 boards: &generation.boards,
             },
-            inline_only: actions
-                .iter()
-                .all(|a| matches!(a.kind, CompiledMemKind::Inline { .. })),
-            by_direction: InlineByDirection::resolve(actions, &generation.boards),
+            // Resolved by direction, they are inline only.
+            inline_only: by_direction.is_some()
+                || actions
+                    .iter()
+                    .all(|a| matches!(a.kind, CompiledMemKind::Inline { .. })),
+            by_direction,
         };
         let same_actions = |next: &[CompiledMem]| next == actions;
         // Each action checks its own filter.
@@ -1607,6 +1586,32 @@ impl<F: Frontend> Engine<F> {
     ) -> Option<(u32, &'g TbHeader)> {
         Self::run_link(generation, signals, requests, id, next_pc, flags, blocks)
             .filter(|&(_, tb)| tb.plan_version == generation.plan_version)
+    }
+
+    /// [`Engine::run_link`] after a block of a run ended with `end`:
+    /// `None` after an exit.
+    #[inline(always)]
+    fn link_after<'g>(
+        generation: &'g Generation<F::Op>,
+        signals: &Signals,
+        id: u32,
+        end: &BlockEnd,
+        cpu: &F::Cpu,
+        blocks: u32,
+    ) -> Option<(u32, &'g TbHeader)> {
+        if end.exit.is_some() {
+            return None;
+        }
+        let flags = F::tb_flags(cpu);
+        Self::run_link(
+            generation,
+            signals,
+            &end.requests,
+            id,
+            end.next_pc,
+            flags,
+            blocks,
+        )
     }
 
     /// [`Engine::run_goes_on`] whatever plan the next block has.
