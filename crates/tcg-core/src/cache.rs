@@ -144,8 +144,15 @@ impl ExecMode {
 pub(crate) struct Tally {
     pub(crate) board: u32,
     pub(crate) slot: u32,
+    /// The entry's index in `Generation::tally_keys`: a run of tally blocks
+    /// sums the adds of the first few keys in locals (see
+    /// `Engine::exec_tally_run`).
+    pub(crate) key: u32,
     /// Start of the block's per-instruction prefix sums in `tally_sums`.
     pub(crate) sums_start: u32,
+    /// The last prefix sum: what the block adds when it runs to its end
+    /// (the usual case), read without a second lookup.
+    pub(crate) full: u64,
     /// For an [`ExecMode::Count`] block: the add per instruction.
     pub(crate) per_insn: u64,
 }
@@ -371,6 +378,10 @@ pub(crate) struct Generation<Op> {
     pub(crate) actions: Vec<CompiledAction>,
     pub(crate) tallies: Vec<Tally>,
     pub(crate) tally_sums: Vec<u64>,
+    /// The (board, slot) entries the tallies of the current plan version
+    /// add to, each once: a tally's `key` indexes this.
+    pub(crate) tally_keys: Vec<(u32, u32)>,
+    tally_key_ids: HashMap<(u32, u32), u32>,
     pub(crate) mem_actions: Vec<CompiledMem>,
     // The only non-`Copy` contents: dropped with the generation, i.e. only
     // once no vCPU can be executing one of its blocks.
@@ -515,7 +526,7 @@ fn board_index(
 }
 
 #[inline]
-fn idx(len: usize) -> u32 {
+pub(crate) fn idx(len: usize) -> u32 {
     u32::try_from(len).unwrap_or(NONE)
 }
 
@@ -542,6 +553,8 @@ impl<Op: Copy> Generation<Op> {
             actions: Vec::new(),
             tallies: Vec::new(),
             tally_sums: Vec::new(),
+            tally_keys: Vec::new(),
+            tally_key_ids: HashMap::new(),
             mem_actions: Vec::new(),
             callbacks: Vec::new(),
             mem_callbacks: Vec::new(),
@@ -571,6 +584,8 @@ impl<Op: Copy> Generation<Op> {
         self.actions.clear();
         self.tallies.clear();
         self.tally_sums.clear();
+        self.tally_keys.clear();
+        self.tally_key_ids.clear();
         self.mem_actions.clear();
         self.callbacks.clear();
         self.mem_callbacks.clear();
@@ -588,8 +603,12 @@ impl<Op: Copy> Generation<Op> {
     /// next runs (see `Engine::reinstrument`).
     pub(crate) fn bump_plan_version(&mut self) {
         self.plan_version += 1;
-        // Blocks of the old version run only once planned again.
+        // Blocks of the old version run only once planned again, with
+        // keys of the new version: the entries in use keep the small keys
+        // a tally run sums in locals however many boards came and went.
         self.count_tally = CountTally::Unset;
+        self.tally_keys.clear();
+        self.tally_key_ids.clear();
     }
 
     #[inline]
@@ -648,6 +667,11 @@ impl<Op: Copy> Generation<Op> {
             + self.actions.capacity() * size_of::<CompiledAction>()
             + self.tallies.capacity() * size_of::<Tally>()
             + self.tally_sums.capacity() * 8
+            + self.tally_keys.capacity() * size_of::<(u32, u32)>()
+            + table(
+                self.tally_key_ids.capacity(),
+                size_of::<((u32, u32), u32)>(),
+            )
             + self.mem_actions.capacity() * size_of::<CompiledMem>()
             + (self.callbacks.capacity() + self.mem_callbacks.capacity() + self.boards.capacity())
                 * 16
@@ -1112,10 +1136,13 @@ impl<Op: Copy> Generation<Op> {
                 None => {
                     let s = self.tally_sums.len();
                     self.tally_sums.resize(s + insns, 0);
+                    let key = self.tally_key(board, slot);
                     self.tallies.push(Tally {
                         board,
                         slot,
+                        key,
                         sums_start: idx(s),
+                        full: 0,
                         per_insn: 0,
                     });
                     s
@@ -1128,7 +1155,7 @@ impl<Op: Copy> Generation<Op> {
                 *cell = cell.wrapping_add(imm);
             }
         }
-        for t in self.tallies.get(start..).unwrap_or_default() {
+        for t in self.tallies.get_mut(start..).unwrap_or_default() {
             let from = t.sums_start as usize;
             if let Some(sums) = self.tally_sums.get_mut(from..from + insns) {
                 let mut acc = 0u64;
@@ -1136,36 +1163,21 @@ impl<Op: Copy> Generation<Op> {
                     acc = acc.wrapping_add(*s);
                     *s = acc;
                 }
+                t.full = acc;
             }
         }
         (idx(start), idx(self.tallies.len() - start))
     }
 
-    /// Applies the adds of tally block `tb` for its first `executed`
-    /// instructions (those dispatched, including one that exited) to
-    /// `vcpu`'s scoreboard rows.
-    // Out of line: one call per block keeps the plain loop it follows small.
-    #[inline(never)]
-    pub(crate) fn apply_tallies(&self, tb: &TbHeader, vcpu: u32, executed: u32) {
-        let Some(last) = (executed as usize).checked_sub(1) else {
-            return;
-        };
-        let start = tb.instr_start as usize;
-        let Some(tallies) = self.tallies.get(start..start + tb.instr_len as usize) else {
-            return;
-        };
-        let apply = |t: &Tally| {
-            let sum = self.tally_sums.get(t.sums_start as usize + last);
-            if let (Some(&sum), Some(board)) = (sum, self.boards.get(t.board as usize)) {
-                board.add_in_row(vcpu, t.slot as usize, sum);
-            }
-        };
-        // Mostly one counter per block (one inline-counting plugin).
-        if let [t] = tallies {
-            apply(t);
-        } else {
-            tallies.iter().for_each(apply);
+    /// The index of scoreboard entry (`board`, `slot`) in `tally_keys`,
+    /// added on first use.
+    fn tally_key(&mut self, board: u32, slot: u32) -> u32 {
+        let next = idx(self.tally_keys.len());
+        let key = *self.tally_key_ids.entry((board, slot)).or_insert(next);
+        if key == next {
+            self.tally_keys.push((board, slot));
         }
+        key
     }
 
     /// Compiles a plan into hooks (the block-entry hook, then one per

@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::cache::{
     CompiledAction, CompiledMem, CompiledMemKind, CountTally, EMPTY_HOOK, ExecMode, Generation,
-    InsnHook, NONE, TbHeader, TbOp,
+    InsnHook, NONE, Tally, TbHeader, TbOp, idx,
 };
 use crate::frontend::{CpuExit, DecodeError, Flow, Frontend, MemAccess, sign_extend};
 use crate::instrument::{
@@ -410,6 +410,36 @@ struct RunEnd {
 /// loop takes over again: it bounds the run's instruction count well
 /// within a `u32`.
 const MAX_RUN_BLOCKS: u32 = 128;
+
+/// How many tally keys (scoreboard entries, see `Generation::tally_keys`)
+/// a run of tally blocks sums in locals; adds to others go straight to the
+/// scoreboard. A block counter uses two.
+const RUN_TALLY_KEYS: usize = 4;
+
+/// What tally `t` adds for a block left after `executed` instructions
+/// (those dispatched, including one that exited).
+#[cold]
+#[inline(never)]
+fn partial_tally<Op: Copy>(generation: &Generation<Op>, t: &Tally, executed: u32) -> u64 {
+    let Some(last) = (executed as usize).checked_sub(1) else {
+        return 0;
+    };
+    generation
+        .tally_sums
+        .get(t.sums_start as usize + last)
+        .copied()
+        .unwrap_or(0)
+}
+
+/// Adds `sum` to `vcpu`'s value of the scoreboard entry of tally `key`.
+fn add_tally<Op: Copy>(generation: &Generation<Op>, key: u32, vcpu: u32, sum: u64) {
+    let Some(&(board, slot)) = generation.tally_keys.get(key as usize) else {
+        return;
+    };
+    if let Some(board) = generation.boards.get(board as usize) {
+        board.add_in_row(vcpu, slot as usize, sum);
+    }
+}
 
 /// The block cache and vCPU loop for frontend `F`.
 ///
@@ -808,22 +838,20 @@ impl<F: Frontend> Engine<F> {
             prev = tb_id;
             blocks += 1;
             // Two copies of the block epilogue: the plain one (also used by
-            // blocks whose only instrumentation is inline adds, applied
-            // once per block) has no callback requests to look at.
-            if matches!(tb.mode, ExecMode::Plain | ExecMode::Tally | ExecMode::Count) {
+            // blocks whose only instrumentation is an inline instruction
+            // counter, batched across blocks) has no callback requests to
+            // look at. Other blocks of inline adds only run out of line,
+            // in runs (`exec_tally_run`).
+            if matches!(tb.mode, ExecMode::Plain | ExecMode::Count) {
                 let end = Self::exec_plain(current, tb, cpu, mem);
-                match tb.mode {
-                    ExecMode::Count => {
-                        if let CountTally::Shared { .. } = current.count_tally {
-                            self.pending_count
-                                .add_shared(current, vcpu.index, end.executed)
-                        } else {
-                            self.pending_count
-                                .add(current, tb, vcpu.index, end.executed)
-                        }
+                if tb.mode == ExecMode::Count {
+                    if let CountTally::Shared { .. } = current.count_tally {
+                        self.pending_count
+                            .add_shared(current, vcpu.index, end.executed)
+                    } else {
+                        self.pending_count
+                            .add(current, tb, vcpu.index, end.executed)
                     }
-                    ExecMode::Tally => current.apply_tallies(tb, vcpu.index, end.executed),
-                    _ => {}
                 }
                 insns += u64::from(end.executed);
                 pc = end.next_pc;
@@ -848,6 +876,15 @@ impl<F: Frontend> Engine<F> {
                     ExecMode::OnEntry => {
                         Self::exec_on_entry(current, &self.signals, vcpu.index, tb_id, tb, cpu, mem)
                     }
+                    ExecMode::Tally => Self::exec_tally_run(
+                        current,
+                        &self.signals,
+                        vcpu.index,
+                        tb_id,
+                        tb,
+                        cpu,
+                        mem,
+                    ),
                     _ => Self::exec_hooked(current, &self.signals, vcpu.index, tb_id, tb, cpu, mem),
                 };
                 prev = run.last;
@@ -1428,6 +1465,73 @@ impl<F: Frontend> Engine<F> {
                 }
             }
         }
+    }
+
+    /// Runs an [`ExecMode::Tally`] block and the tally or plain blocks it
+    /// leads into: the plain loop, with each block's adds summed in locals
+    /// (per tally key, the first [`RUN_TALLY_KEYS`] of them) and applied to
+    /// the scoreboards when the run ends, before anything on the vCPU can
+    /// look at them. Out of line: it keeps the uninstrumented loop's
+    /// registers, and one call serves the whole run.
+    #[inline(never)]
+    fn exec_tally_run(
+        generation: &Generation<F::Op>,
+        signals: &Signals,
+        vcpu: u32,
+        first: u32,
+        first_tb: &TbHeader,
+        cpu: &mut F::Cpu,
+        mem: &mut GuestMemory,
+    ) -> RunEnd {
+        let mut sums = [0u64; RUN_TALLY_KEYS];
+        let (mut id, mut tb) = (first, first_tb);
+        let mut blocks = 0u32;
+        // Instructions of the run's earlier blocks.
+        let mut before = 0u32;
+        let run = loop {
+            blocks += 1;
+            let end = Self::exec_plain(generation, tb, cpu, mem);
+            let whole = end.executed == tb.ops_end.wrapping_sub(tb.ops_start);
+            let start = tb.instr_start as usize;
+            let tallies = generation
+                .tallies
+                .get(start..start + tb.instr_len as usize)
+                .unwrap_or_default();
+            for t in tallies {
+                let sum = if whole {
+                    t.full
+                } else {
+                    partial_tally(generation, t, end.executed)
+                };
+                match sums.get_mut(t.key as usize) {
+                    Some(pending) => *pending = pending.wrapping_add(sum),
+                    None => add_tally(generation, t.key, vcpu, sum),
+                }
+            }
+            let executed = before + end.executed;
+            let next = Self::link_after(generation, signals, id, &end, cpu, blocks).filter(
+                |&(_, next_tb)| {
+                    next_tb.plan_version == generation.plan_version
+                        && matches!(next_tb.mode, ExecMode::Tally | ExecMode::Plain)
+                },
+            );
+            match next {
+                Some((next, next_tb)) => (id, tb, before) = (next, next_tb, executed),
+                None => {
+                    break RunEnd {
+                        end: BlockEnd { executed, ..end },
+                        last: id,
+                        blocks,
+                    };
+                }
+            }
+        };
+        for (key, &sum) in sums.iter().enumerate() {
+            if sum != 0 {
+                add_tally(generation, idx(key), vcpu, sum);
+            }
+        }
+        run
     }
 
     /// Executes the first instruction of `tb` alone, ending the block after

@@ -1703,3 +1703,145 @@ fn a_new_counter_board_on_every_reinstrumentation_stays_exact() {
     }
     assert_eq!(engine.stats().tbs_translated, 3, "no flush needed");
 }
+
+/// Block-counter-like inline adds (on block entry, a different amount per
+/// block) to `ENTRIES` slots, more than a run of tally blocks sums in
+/// locals, and an add per instruction growing with its index to one more;
+/// with `force_steps`, a never-true conditional callback makes every block
+/// take the general path instead.
+fn run_block_tallies(n: i32, force_steps: bool) -> (CpuExit, Vec<u64>, EngineStats) {
+    const ENTRIES: usize = 7;
+    let mut mem = machine(&loop_program(n));
+    let mut engine = Engine::new(Toy);
+    let board = Arc::new(Scoreboard::new(ENTRIES + 1, 1));
+    let b = board.clone();
+    let never = counter_cb(&Arc::new(AtomicU64::new(0)));
+    install(&mut engine, move |tb, plan| {
+        let insns = tb.insns().len() as u64;
+        // Slot 0 counts blocks, slot 1 their instructions, slot k > 1
+        // k times their instructions.
+        plan.on_entry(inline_add(&b, 0, 1));
+        for slot in 1..ENTRIES {
+            plan.on_entry(inline_add(&b, slot, slot as u64 * insns));
+        }
+        for insn in plan.insns() {
+            insn.on_execute(inline_add(&b, ENTRIES, insn.index() as u64 + 1));
+            if force_steps {
+                let never_true = Condition {
+                    board: &b,
+                    slot: 0,
+                    compare: Compare::Never,
+                    value: 0,
+                };
+                insn.on_execute(Action::Conditional(never_true, &never));
+            }
+        }
+    });
+    let mut cpu = cpu_at(CODE);
+    let exit = engine.run(&mut cpu, &mut mem);
+    let counts = (0..=ENTRIES).map(|slot| board.get(0, slot)).collect();
+    (exit, counts, engine.stats())
+}
+
+#[test]
+fn runs_of_tally_blocks_count_every_entry_exactly() {
+    // 3000 iterations: runs reach their block limit and start again.
+    const N: i32 = 3000;
+    let (exit, fast, stats) = run_block_tallies(N, false);
+    let (general_exit, general, _) = run_block_tallies(N, true);
+    assert_eq!(exit, CpuExit::Syscall);
+    assert_eq!(general_exit, CpuExit::Syscall);
+    assert_eq!(fast, general);
+    // The first block (set-up and the first iteration), the loop block
+    // N - 1 times, the syscall block.
+    let blocks = N as u64 + 1;
+    assert_eq!(stats.blocks_executed, blocks);
+    assert_eq!(fast[0], blocks);
+    assert_eq!(fast[1], loop_insns(N as u64));
+    for (slot, &count) in fast.iter().enumerate().take(7).skip(1) {
+        assert_eq!(count, slot as u64 * loop_insns(N as u64), "slot {slot}");
+    }
+    // Per instruction: 1 + ... + 16 in the first block, 1 + ... + 5 in
+    // the loop block, 1 for the syscall.
+    assert_eq!(fast[7], 136 + 15 * (N as u64 - 1) + 1);
+}
+
+#[test]
+fn a_tally_run_left_by_a_fault_counts_what_ran() {
+    // The first block runs to the faulting load (index 2 of the second
+    // block, which then counts its entry adds and instructions 0..=2).
+    let code = [
+        addi(1, 1, 1),
+        bne(1, 0, 4),
+        addi(1, 1, 1),
+        addi(1, 1, 1),
+        ld(2, 0, 0x40),
+        syscall(),
+    ];
+    let mut mem = machine(&code);
+    let mut engine = Engine::new(Toy);
+    let board = Arc::new(Scoreboard::new(2, 1));
+    let b = board.clone();
+    install(&mut engine, move |tb, plan| {
+        plan.on_entry(inline_add(&b, 0, 100 * tb.insns().len() as u64));
+        for insn in plan.insns() {
+            insn.on_execute(inline_add(&b, 1, 1 << insn.index()));
+        }
+    });
+    let mut cpu = cpu_at(CODE);
+    assert!(matches!(engine.run(&mut cpu, &mut mem), CpuExit::Fault(_)));
+    assert_eq!(engine.stats().insns_executed, 5);
+    assert_eq!(board.get(0, 0), 100 * 2 + 100 * 4);
+    assert_eq!(board.get(0, 1), (1 + 2) + (1 + 2 + 4));
+}
+
+#[test]
+fn tally_runs_settle_before_a_callback_and_on_new_boards_after_a_reset() {
+    // Every block but the syscall's counts itself and its instructions on
+    // entry (tally blocks); the syscall's callback reads both. Each round
+    // re-instruments with a board of its own: its counts land there, and
+    // the previous round's board no longer changes.
+    const N: i32 = 500;
+    let mut mem = machine(&loop_program(N));
+    let mut engine = Engine::new(Toy);
+    let current = Arc::new(Mutex::new(Arc::new(Scoreboard::new(2, 1))));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (c, s) = (current.clone(), seen.clone());
+    install(&mut engine, move |tb, plan| {
+        let board = c.lock().unwrap().clone();
+        if tb.insns().first().is_some_and(|x| x.raw == syscall()) {
+            let (reader, seen) = (board.clone(), s.clone());
+            let cb: InsnCallback = Arc::new(move |_ctx: &mut CallbackContext<'_>| {
+                seen.lock()
+                    .unwrap()
+                    .push((reader.get(0, 0), reader.get(0, 1)));
+            });
+            if let Some(first) = plan.insn(0) {
+                first.on_execute(Action::Callback(&cb));
+            }
+            return;
+        }
+        plan.on_entry(inline_add(&board, 0, 1));
+        plan.on_entry(inline_add(&board, 1, tb.insns().len() as u64));
+    });
+    let mut previous: Option<Arc<Scoreboard>> = None;
+    for round in 0..50 {
+        let board = Arc::new(Scoreboard::new(2, 1));
+        *current.lock().unwrap() = board.clone();
+        engine.reinstrument();
+        let mut cpu = cpu_at(CODE);
+        assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
+        let expected = (N as u64, loop_insns(N as u64) - 1);
+        assert_eq!(
+            seen.lock().unwrap().last(),
+            Some(&expected),
+            "round {round}"
+        );
+        assert_eq!((board.get(0, 0), board.get(0, 1)), expected);
+        if let Some(old) = &previous {
+            assert_eq!((old.get(0, 0), old.get(0, 1)), expected, "round {round}");
+        }
+        previous = Some(board);
+    }
+    assert_eq!(engine.stats().tbs_translated, 3, "no flush needed");
+}
