@@ -104,6 +104,11 @@ pub(crate) enum ExecMode {
     /// instead of each instruction's hook, and goes on into the CallEach
     /// block the last one is chained to without returning to the vCPU loop.
     CallEach,
+    /// A [`ExecMode::Steps`] plan that is one and the same list of two or
+    /// more callbacks before every instruction and nothing else (several
+    /// instruction-counting plugins in callback mode): as
+    /// [`ExecMode::CallEach`], with the list looked up once per block.
+    CallList,
     /// A [`ExecMode::Steps`] plan with actions on block entry only (a
     /// block-counting plugin): the entry actions, then the plain loop.
     OnEntry,
@@ -126,6 +131,7 @@ impl ExecMode {
             self,
             ExecMode::Steps
                 | ExecMode::CallEach
+                | ExecMode::CallList
                 | ExecMode::OnEntry
                 | ExecMode::MemEach
                 | ExecMode::StepsWithMemory
@@ -786,6 +792,39 @@ impl<Op: Copy> Generation<Op> {
             && rest.iter().all(|h| h.sole_call == first.sole_call)
     }
 
+    /// Whether the `len` hooks at `start` (block entry first) are no action
+    /// on entry and the same list of two or more callbacks, and nothing
+    /// else, before every instruction.
+    fn calls_one_list(&self, start: u32, len: u32) -> bool {
+        let Some([entry, first, rest @ ..]) =
+            self.hooks.get(start as usize..(start + len) as usize)
+        else {
+            return false;
+        };
+        let actions = |h: &InsnHook| {
+            let from = h.actions_start as usize;
+            self.actions.get(from..from + usize::from(h.actions_len))
+        };
+        let Some(list) = actions(first) else {
+            return false;
+        };
+        let same = |h: &InsnHook| {
+            actions(h).is_some_and(|other| {
+                other.len() == list.len()
+                    && other.iter().zip(list).all(|pair| match pair {
+                        (CompiledAction::Call { cb: x }, CompiledAction::Call { cb: y }) => x == y,
+                        _ => false,
+                    })
+            })
+        };
+        entry.actions_len == 0
+            && list.len() >= 2
+            && list
+                .iter()
+                .all(|a| matches!(a, CompiledAction::Call { .. }))
+            && rest.iter().all(same)
+    }
+
     /// Whether the `len` hooks at `start` (block entry first) are actions on
     /// entry and none before any instruction.
     fn acts_on_entry_only(&self, start: u32, len: u32) -> bool {
@@ -982,6 +1021,7 @@ impl<Op: Copy> Generation<Op> {
             }
             ExecMode::Steps
             | ExecMode::CallEach
+            | ExecMode::CallList
             | ExecMode::OnEntry
             | ExecMode::MemEach
             | ExecMode::StepsWithMemory => {
@@ -1270,6 +1310,8 @@ impl<Op: Copy> Generation<Op> {
             }
         } else if self.calls_each(start, len) {
             ExecMode::CallEach
+        } else if self.calls_one_list(start, len) {
+            ExecMode::CallList
         } else if self.acts_on_entry_only(start, len) {
             ExecMode::OnEntry
         } else {

@@ -885,6 +885,15 @@ impl<F: Frontend> Engine<F> {
                         cpu,
                         mem,
                     ),
+                    ExecMode::CallList => Self::exec_call_list(
+                        current,
+                        &self.signals,
+                        vcpu.index,
+                        tb_id,
+                        tb,
+                        cpu,
+                        mem,
+                    ),
                     _ => Self::exec_hooked(current, &self.signals, vcpu.index, tb_id, tb, cpu, mem),
                 };
                 prev = run.last;
@@ -1860,6 +1869,128 @@ impl<F: Frontend> Engine<F> {
                 }
             }
         }
+    }
+
+    /// The loop of [`ExecMode::CallList`] blocks: [`Engine::exec_call_each`]
+    /// with a list of callbacks before each instruction, all of them
+    /// called before it executes (as in the general loop), looked up once
+    /// per block. Out of line, apart from the CallEach loop, whose code it
+    /// leaves alone.
+    #[inline(never)]
+    fn exec_call_list(
+        generation: &Generation<F::Op>,
+        signals: &Signals,
+        vcpu: u32,
+        first: u32,
+        first_tb: &TbHeader,
+        cpu: &mut F::Cpu,
+        mem: &mut GuestMemory,
+    ) -> RunEnd {
+        let mut ctx = CallbackContext {
+            vcpu,
+            pc: first_tb.pc,
+            mem,
+            requests: Requests::default(),
+            registers: CpuRegisters::<F>(cpu),
+        };
+        let (mut id, mut tb) = (first, first_tb);
+        let mut blocks = 0u32;
+        // Instructions of the run's earlier blocks.
+        let mut before = 0u32;
+        loop {
+            blocks += 1;
+            let list = Self::call_list(generation, tb);
+            let ops = generation.ops_of(tb).unwrap_or_default();
+            let base = tb.pc;
+            let mut next_pc = base.wrapping_add(u64::from(tb.size));
+            let mut executed = count(ops.len());
+            let mut iter = ops.iter();
+            while let Some(op) = iter.next() {
+                let pc = base.wrapping_add(u64::from(op.offset));
+                ctx.pc = pc;
+                for action in list {
+                    if let CompiledAction::Call { cb } = *action {
+                        if let Some(cb) = generation.callbacks.get(cb as usize) {
+                            cb(&mut ctx);
+                        }
+                    }
+                }
+                match F::execute(ctx.registers.0, &op.op, pc, ctx.mem) {
+                    Flow::Next => {}
+                    Flow::Jump(target) => {
+                        next_pc = target;
+                        executed = count(ops.len() - iter.len());
+                        break;
+                    }
+                    Flow::Exit(exit) => {
+                        let executed = before + count(ops.len() - iter.len());
+                        let end = Self::exit_at(exit, pc, op.len, executed, ctx.requests);
+                        return RunEnd {
+                            end,
+                            last: id,
+                            blocks,
+                        };
+                    }
+                }
+                // As in the CallEach loop: the callbacks' own requests end
+                // the block here, a handle's at its end.
+                if ctx.requests.any() {
+                    let end = BlockEnd {
+                        next_pc: pc.wrapping_add(u64::from(op.len)),
+                        executed: before + count(ops.len() - iter.len()),
+                        exit: None,
+                        requests: ctx.requests,
+                    };
+                    return RunEnd {
+                        end,
+                        last: id,
+                        blocks,
+                    };
+                }
+            }
+            before += executed;
+            let flags = F::tb_flags(ctx.registers.0);
+            let next = Self::run_goes_on(
+                generation,
+                signals,
+                &ctx.requests,
+                id,
+                next_pc,
+                flags,
+                blocks,
+            )
+            .filter(|&(_, next_tb)| next_tb.mode == ExecMode::CallList);
+            match next {
+                Some((next, next_tb)) => (id, tb) = (next, next_tb),
+                None => {
+                    let end = BlockEnd {
+                        next_pc,
+                        executed: before,
+                        exit: None,
+                        requests: ctx.requests,
+                    };
+                    return RunEnd {
+                        end,
+                        last: id,
+                        blocks,
+                    };
+                }
+            }
+        }
+    }
+
+    /// The callbacks every instruction of a [`ExecMode::CallList`] block
+    /// calls (its first instruction's actions: all are the same calls).
+    #[inline(always)]
+    fn call_list<'g>(generation: &'g Generation<F::Op>, tb: &TbHeader) -> &'g [CompiledAction] {
+        let Some(hook) = generation.hooks.get(tb.instr_start as usize + 1) else {
+            return &[];
+        };
+        let from = hook.actions_start as usize;
+        generation
+            .actions
+            .get(from..from + usize::from(hook.actions_len))
+            .unwrap_or_default()
     }
 
     /// The loop of [`ExecMode::MemEach`] blocks: every instruction runs

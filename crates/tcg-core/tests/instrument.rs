@@ -1845,3 +1845,77 @@ fn tally_runs_settle_before_a_callback_and_on_new_boards_after_a_reset() {
     }
     assert_eq!(engine.stats().tbs_translated, 3, "no flush needed");
 }
+
+/// Three callbacks on every instruction of `three_block_loop(1000)`, the
+/// first asking for an exit before the loop's 61st load (in the middle of
+/// a block); with `force_steps`, a never-true conditional callback after
+/// them makes every block take the general loop. Returns every call as
+/// (callback, pc), where the exit left the guest (pc, instructions run),
+/// and the cpu and stats at the end.
+#[allow(clippy::type_complexity)]
+fn run_callback_list(force_steps: bool) -> (Vec<(u8, u64)>, (u64, u64), Cpu, EngineStats) {
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let loads = Arc::new(AtomicU64::new(0));
+    let recorder = |name: u8| -> InsnCallback {
+        let (calls, loads) = (calls.clone(), loads.clone());
+        Arc::new(move |ctx: &mut CallbackContext<'_>| {
+            calls.lock().unwrap().push((name, ctx.pc()));
+            if name == 0 && ctx.pc() == CODE + 0x30 && loads.fetch_add(1, Relaxed) == 60 {
+                ctx.request_exit();
+            }
+        })
+    };
+    let list = [recorder(0), recorder(1), recorder(2)];
+    let never = counter_cb(&Arc::new(AtomicU64::new(0)));
+    let board = Arc::new(Scoreboard::new(1, 1));
+    let (mut engine, mut mem, mut cpu) = three_block_machine(move |_tb, plan| {
+        for insn in plan.insns() {
+            for cb in &list {
+                insn.on_execute(Action::Callback(cb));
+            }
+            if force_steps {
+                let never_true = Condition {
+                    board: &board,
+                    slot: 0,
+                    compare: Compare::Never,
+                    value: 0,
+                };
+                insn.on_execute(Action::Conditional(never_true, &never));
+            }
+        }
+    });
+    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::ExitRequested);
+    let exited = (cpu.pc, engine.stats().insns_executed);
+    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
+    let calls = std::mem::take(&mut *calls.lock().unwrap());
+    (calls, exited, cpu, engine.stats())
+}
+
+/// Several callbacks on every instruction (several instruction-counting
+/// plugins) run in their own loop (`ExecMode::CallList`): each instruction
+/// calls them all, in order, before it executes, even after one of them
+/// asked for an exit, which then stops the run after that instruction, as
+/// the general loop does.
+#[test]
+fn a_list_of_callbacks_on_every_instruction_runs_as_in_the_general_loop() {
+    let (plain_exits, plain_cpu, plain) = run_three_block_loop(|_| {});
+    assert_eq!(plain_exits, [CpuExit::Syscall]);
+    let (calls, exited, cpu, stats) = run_callback_list(false);
+    assert_eq!(cpu, plain_cpu);
+    assert_eq!(stats.insns_executed, plain.insns_executed);
+    assert_eq!(calls.len() as u64, 3 * plain.insns_executed);
+    for (i, triple) in calls.chunks(3).enumerate() {
+        let pc = triple[0].1;
+        assert_eq!(triple, [(0, pc), (1, pc), (2, pc)], "instruction {i}");
+    }
+    // The exit came right after the 61st load (all three of its calls
+    // made), in the middle of its block.
+    let exit_at = 11 + 8 * 60 + 2;
+    assert_eq!(exited, (CODE + 0x34, exit_at));
+    assert_eq!(calls[3 * exit_at as usize - 1], (2, CODE + 0x30));
+    let general = run_callback_list(true);
+    assert_eq!(general.0, calls);
+    assert_eq!(general.1, exited);
+    assert_eq!(general.3.insns_executed, stats.insns_executed);
+    assert_eq!(general.3.blocks_executed, stats.blocks_executed);
+}
