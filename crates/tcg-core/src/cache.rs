@@ -119,6 +119,14 @@ pub(crate) enum ExecMode {
     /// the chained block if that is plain or a MemEach block with the same
     /// actions, without returning to the vCPU loop.
     MemEach,
+    /// A [`ExecMode::StepsWithMemory`] plan that is a [`ExecMode::CallEach`]
+    /// plan (one callback before every instruction) with the same memory
+    /// actions on every instruction that accesses memory (an instruction
+    /// counter and a memory watcher): the MemEach loop, calling the
+    /// callback before each instruction, going on into the CallEach blocks
+    /// (those without memory accesses) and the blocks of its kind with the
+    /// same callback and actions.
+    CallEachWithMem,
     /// The general case: as [`ExecMode::Steps`], with instructions executing
     /// through an accessor that runs their memory actions.
     StepsWithMemory,
@@ -134,6 +142,7 @@ impl ExecMode {
                 | ExecMode::CallList
                 | ExecMode::OnEntry
                 | ExecMode::MemEach
+                | ExecMode::CallEachWithMem
                 | ExecMode::StepsWithMemory
         )
     }
@@ -169,8 +178,9 @@ pub(crate) struct Tally {
 /// the block's ops as the plain loop does, with these hooks alongside, so an
 /// instruction with nothing attached costs two tests of zero. The entry
 /// hook has no memory actions of its own: its memory range is where the
-/// first instruction's start, and in a [`ExecMode::MemEach`] block the
-/// actions every memory-accessing instruction shares (the loop arms them
+/// first instruction's start, and in a [`ExecMode::MemEach`] or
+/// [`ExecMode::CallEachWithMem`] block the actions every memory-accessing
+/// instruction shares (the loop arms them
 /// from there, with no search for the first such instruction).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct InsnHook {
@@ -836,9 +846,9 @@ impl<Op: Copy> Generation<Op> {
     }
 
     /// Whether the `len` hooks at `start` (block entry first) of the block
-    /// whose ops start at `ops_start` are no action before any instruction
-    /// and the same memory actions on each instruction that accesses
-    /// memory (those that do not never have one: see `Engine::plan_block`);
+    /// whose ops start at `ops_start` have the same memory actions on each
+    /// instruction that accesses memory (those that do not never have one:
+    /// see `Engine::plan_block`), whatever else they run (callers check);
     /// if so, where the first such instruction's actions are (`mem_start`,
     /// `mem_len`), for the entry hook to name (see [`InsnHook`]).
     fn shared_mem(&self, start: u32, len: u32, ops_start: u32) -> Option<(u32, u16)> {
@@ -856,23 +866,18 @@ impl<Op: Copy> Generation<Op> {
         let first = insn_hooks.iter().find(|h| h.mem_len != 0)?;
         let one = mem_actions(first)?;
         let shared = ops.len() == insn_hooks.len()
-            && self
-                .hooks
-                .get(start as usize)
-                .is_some_and(|e| e.actions_len == 0)
             && insn_hooks.iter().zip(ops).all(|(h, op)| {
-                h.actions_len == 0
-                    && if op.accesses_memory {
-                        mem_actions(h).is_some_and(|actions| {
-                            actions.len() == one.len()
-                                && actions
-                                    .iter()
-                                    .zip(one)
-                                    .all(|(a, b)| self.same_mem_action(a, b))
-                        })
-                    } else {
-                        h.mem_len == 0
-                    }
+                if op.accesses_memory {
+                    mem_actions(h).is_some_and(|actions| {
+                        actions.len() == one.len()
+                            && actions
+                                .iter()
+                                .zip(one)
+                                .all(|(a, b)| self.same_mem_action(a, b))
+                    })
+                } else {
+                    h.mem_len == 0
+                }
             });
         shared.then_some((first.mem_start, first.mem_len))
     }
@@ -1024,6 +1029,7 @@ impl<Op: Copy> Generation<Op> {
             | ExecMode::CallList
             | ExecMode::OnEntry
             | ExecMode::MemEach
+            | ExecMode::CallEachWithMem
             | ExecMode::StepsWithMemory => {
                 let hooks = self.hooks.get(start..start + len)?;
                 let (first, last) = (hooks.first()?, hooks.last()?);
@@ -1299,15 +1305,21 @@ impl<Op: Copy> Generation<Op> {
         }
         let (start, len) = (idx(at.hooks), idx(insns + 1));
         if !plan.mem.is_empty() {
-            if let Some((mem_start, mem_len)) = self.shared_mem(start, len, ops_start) {
-                if let Some(entry) = self.hooks.get_mut(start as usize) {
-                    entry.mem_start = mem_start;
-                    entry.mem_len = mem_len;
-                }
+            let Some((mem_start, mem_len)) = self.shared_mem(start, len, ops_start) else {
+                return ExecMode::StepsWithMemory;
+            };
+            let mode = if plan.exec.is_empty() {
                 ExecMode::MemEach
+            } else if self.calls_each(start, len) {
+                ExecMode::CallEachWithMem
             } else {
-                ExecMode::StepsWithMemory
+                return ExecMode::StepsWithMemory;
+            };
+            if let Some(entry) = self.hooks.get_mut(start as usize) {
+                entry.mem_start = mem_start;
+                entry.mem_len = mem_len;
             }
+            mode
         } else if self.calls_each(start, len) {
             ExecMode::CallEach
         } else if self.calls_one_list(start, len) {

@@ -1919,3 +1919,87 @@ fn a_list_of_callbacks_on_every_instruction_runs_as_in_the_general_loop() {
     assert_eq!(general.3.insns_executed, stats.insns_executed);
     assert_eq!(general.3.blocks_executed, stats.blocks_executed);
 }
+
+/// An instruction callback on every instruction and a memory callback on
+/// every access of `three_block_loop(1000)`, logging each call as (0, pc,
+/// 0) or (1, pc, address); the instruction callback asks for an exit
+/// before the 61st run of the loop's first instruction without memory
+/// access (in the middle of a block), the memory callback on the 777th
+/// store.
+/// With `force_steps`, a never-true conditional callback makes every block
+/// take the general loop. Returns the log, where each exit left the guest
+/// (pc, instructions run), and the cpu and stats at the end.
+#[allow(clippy::type_complexity)]
+fn run_insn_and_mem_callbacks(
+    force_steps: bool,
+) -> (Vec<(u8, u64, u64)>, Vec<(u64, u64)>, Cpu, EngineStats) {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let (adds, stores) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let (l, n) = (log.clone(), adds.clone());
+    let insn_cb: InsnCallback = Arc::new(move |ctx: &mut CallbackContext<'_>| {
+        l.lock().unwrap().push((0, ctx.pc(), 0));
+        if ctx.pc() == CODE + 0x38 && n.fetch_add(1, Relaxed) == 60 {
+            ctx.request_exit();
+        }
+    });
+    let (l, n) = (log.clone(), stores.clone());
+    let mem_cb: MemCallback =
+        Arc::new(move |ctx: &mut CallbackContext<'_>, info: &MemAccessInfo| {
+            l.lock().unwrap().push((1, ctx.pc(), info.addr));
+            if info.is_store && n.fetch_add(1, Relaxed) == 776 {
+                ctx.request_exit();
+            }
+        });
+    let never = counter_cb(&Arc::new(AtomicU64::new(0)));
+    let board = Arc::new(Scoreboard::new(1, 1));
+    let (mut engine, mut mem, mut cpu) = three_block_machine(move |_tb, plan| {
+        for insn in plan.insns() {
+            insn.on_execute(Action::Callback(&insn_cb));
+            insn.on_memory(MemFilter::All, MemAction::Callback(&mem_cb));
+            if force_steps {
+                let never_true = Condition {
+                    board: &board,
+                    slot: 0,
+                    compare: Compare::Never,
+                    value: 0,
+                };
+                insn.on_execute(Action::Conditional(never_true, &never));
+            }
+        }
+    });
+    let mut exits = Vec::new();
+    while engine.run(&mut cpu, &mut mem) == CpuExit::ExitRequested {
+        exits.push((cpu.pc, engine.stats().insns_executed));
+    }
+    let log = std::mem::take(&mut *log.lock().unwrap());
+    (log, exits, cpu, engine.stats())
+}
+
+/// An instruction counter beside a memory watcher (the README's main job)
+/// runs in the MemEach loop with the instruction callback added
+/// (`ExecMode::CallEachWithMem`), through the blocks without memory
+/// accesses too: every call in the same order as the general loop's, and
+/// each exit asked for right after its instruction.
+#[test]
+fn an_instruction_callback_beside_a_memory_callback_runs_as_in_the_general_loop() {
+    let (_, plain_cpu, plain) = run_three_block_loop(|_| {});
+    let (log, exits, cpu, stats) = run_insn_and_mem_callbacks(false);
+    assert_eq!(cpu, plain_cpu);
+    assert_eq!(stats.insns_executed, plain.insns_executed);
+    let insn_calls = log.iter().filter(|e| e.0 == 0).count() as u64;
+    assert_eq!(insn_calls, plain.insns_executed);
+    assert_eq!(log.len() as u64 - insn_calls, 2 * 1000);
+    // Exits: after the 61st iteration's 4th instruction, and after the
+    // 777th store (the 7th instruction of the 777th iteration).
+    assert_eq!(
+        exits,
+        [
+            (CODE + 0x3c, 11 + 8 * 60 + 4),
+            (CODE + 0x48, 11 + 8 * 776 + 7)
+        ]
+    );
+    let general = run_insn_and_mem_callbacks(true);
+    assert_eq!(general.0, log);
+    assert_eq!(general.1, exits);
+    assert_eq!(general.3.insns_executed, stats.insns_executed);
+}
