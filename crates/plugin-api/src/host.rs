@@ -730,10 +730,12 @@ impl PluginHandle {
     ///   before the engine reaches its next safe point. No event is missed
     ///   in between.
     /// - That safe point is the end of the executing block at the latest
-    ///   (the engine tests for requests through a handle once per block; a
-    ///   block with callbacks on entry or several kinds of instrumentation
-    ///   stops sooner, right after an instruction whose callbacks ran, the
-    ///   first for entry callbacks). There every translated
+    ///   (the engine tests for requests through a handle once per block). A
+    ///   block with callbacks on entry stops sooner, right after its first
+    ///   instruction, and so does a block whose mix of instrumentation takes
+    ///   the engine's general loop (callbacks beside inline operations or
+    ///   conditional callbacks, for instance), right after an instruction
+    ///   whose callbacks ran. There every translated
     ///   block's instrumentation is
     ///   retired ([`Engine::reinstrument`]: O(1); each block keeps its
     ///   decoded code and is planned again, with every plugin's `tb_trans`,
