@@ -122,6 +122,10 @@ fn dispatch(c: &mut Criterion) {
         ("mem_inline", &["mem,inline=on"]),
         ("1_plugin", &["insn"]),
         ("4_plugins", &["insn", "insn", "insn", "insn"]),
+        // The README's main job: an instruction and a memory callback.
+        ("insn_and_mem", &["insn", "mem"]),
+        // Inline adds on block entry (QEMU's `bb` plugin, inline).
+        ("block_counter_inline", &["bb,inline=on"]),
     ];
     for &(name, specs) in cases {
         let host = (!specs.is_empty()).then(|| host(specs));
