@@ -416,19 +416,25 @@ const MAX_RUN_BLOCKS: u32 = 128;
 /// scoreboard. A block counter uses two.
 const RUN_TALLY_KEYS: usize = 4;
 
-/// What tally `t` adds for a block left after `executed` instructions
-/// (those dispatched, including one that exited).
+/// Adds what `tallies` add for a block left after `executed` instructions
+/// (those dispatched, including one that exited) straight to the
+/// scoreboards: a block left early mostly ends its run.
 #[cold]
 #[inline(never)]
-fn partial_tally<Op: Copy>(generation: &Generation<Op>, t: &Tally, executed: u32) -> u64 {
+fn add_partial_tallies<Op: Copy>(
+    generation: &Generation<Op>,
+    tallies: &[Tally],
+    vcpu: u32,
+    executed: u32,
+) {
     let Some(last) = (executed as usize).checked_sub(1) else {
-        return 0;
+        return;
     };
-    generation
-        .tally_sums
-        .get(t.sums_start as usize + last)
-        .copied()
-        .unwrap_or(0)
+    for t in tallies {
+        if let Some(&sum) = generation.tally_sums.get(t.sums_start as usize + last) {
+            add_tally(generation, t.key, vcpu, sum);
+        }
+    }
 }
 
 /// Adds `sum` to `vcpu`'s value of the scoreboard entry of tally `key`.
@@ -1509,22 +1515,20 @@ impl<F: Frontend> Engine<F> {
         let run = loop {
             blocks += 1;
             let end = Self::exec_plain(generation, tb, cpu, mem);
-            let whole = end.executed == tb.ops_end.wrapping_sub(tb.ops_start);
             let start = tb.instr_start as usize;
             let tallies = generation
                 .tallies
                 .get(start..start + tb.instr_len as usize)
                 .unwrap_or_default();
-            for t in tallies {
-                let sum = if whole {
-                    t.full
-                } else {
-                    partial_tally(generation, t, end.executed)
-                };
-                match sums.get_mut(t.key as usize) {
-                    Some(pending) => *pending = pending.wrapping_add(sum),
-                    None => add_tally(generation, t.key, vcpu, sum),
+            if end.executed == tb.ops_end.wrapping_sub(tb.ops_start) {
+                for t in tallies {
+                    match sums.get_mut(t.key as usize) {
+                        Some(pending) => *pending = pending.wrapping_add(t.full),
+                        None => add_tally(generation, t.key, vcpu, t.full),
+                    }
                 }
+            } else {
+                add_partial_tallies(generation, tallies, vcpu, end.executed);
             }
             let executed = before + end.executed;
             let next = Self::link_after(generation, signals, id, &end, cpu, blocks).filter(
