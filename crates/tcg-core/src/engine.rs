@@ -1446,49 +1446,26 @@ impl<F: Frontend> Engine<F> {
             pc: first_tb.pc,
             requests: Requests::default(),
         };
-        let (mut id, mut tb) = (first, first_tb);
-        let mut blocks = 0u32;
-        // Instructions of the run's earlier blocks.
-        let mut before = 0u32;
-        loop {
-            blocks += 1;
-            let entry = generation
-                .hooks
-                .get(tb.instr_start as usize)
-                .unwrap_or(&EMPTY_HOOK);
-            let called = Self::run_actions(generation, entry, vcpu, tb.pc, cpu, &mut access);
-            if called && (access.requests.any() || signals.pending.load(Ordering::Relaxed) != 0) {
-                let end = Self::exec_first(generation, tb, cpu, access.mem, access.requests);
-                let end = BlockEnd {
-                    executed: before + end.executed,
-                    ..end
-                };
-                return RunEnd {
-                    end,
-                    last: id,
-                    blocks,
-                };
-            }
-            let end = Self::exec_plain(generation, tb, cpu, access.mem);
-            let executed = before + end.executed;
-            // (No entry callback made a request: that path returned above.)
-            let next = Self::link_after(generation, signals, id, &end, cpu, blocks).filter(
-                |&(_, next_tb)| {
-                    next_tb.plan_version == generation.plan_version
-                        && next_tb.mode == ExecMode::OnEntry
-                },
-            );
-            match next {
-                Some((next, next_tb)) => (id, tb, before) = (next, next_tb, executed),
-                None => {
-                    return RunEnd {
-                        end: BlockEnd { executed, ..end },
-                        last: id,
-                        blocks,
-                    };
+        Self::plain_run(
+            generation,
+            signals,
+            (first, first_tb),
+            cpu,
+            |tb, cpu| {
+                let entry = generation
+                    .hooks
+                    .get(tb.instr_start as usize)
+                    .unwrap_or(&EMPTY_HOOK);
+                let called = Self::run_actions(generation, entry, vcpu, tb.pc, cpu, &mut access);
+                if called && (access.requests.any() || signals.pending.load(Ordering::Relaxed) != 0)
+                {
+                    let requests = access.requests;
+                    return Err(Self::exec_first(generation, tb, cpu, access.mem, requests));
                 }
-            }
-        }
+                Ok(Self::exec_plain(generation, tb, cpu, access.mem))
+            },
+            |next_tb| next_tb.mode == ExecMode::OnEntry,
+        )
     }
 
     /// Runs an [`ExecMode::Tally`] block and the tally or plain blocks it
@@ -1508,52 +1485,92 @@ impl<F: Frontend> Engine<F> {
         mem: &mut GuestMemory,
     ) -> RunEnd {
         let mut sums = [0u64; RUN_TALLY_KEYS];
-        let (mut id, mut tb) = (first, first_tb);
-        let mut blocks = 0u32;
-        // Instructions of the run's earlier blocks.
-        let mut before = 0u32;
-        let run = loop {
-            blocks += 1;
-            let end = Self::exec_plain(generation, tb, cpu, mem);
-            let start = tb.instr_start as usize;
-            let tallies = generation
-                .tallies
-                .get(start..start + tb.instr_len as usize)
-                .unwrap_or_default();
-            if end.executed == tb.ops_end.wrapping_sub(tb.ops_start) {
-                for t in tallies {
-                    match sums.get_mut(t.key as usize) {
-                        Some(pending) => *pending = pending.wrapping_add(t.full),
-                        None => add_tally(generation, t.key, vcpu, t.full),
+        let run = Self::plain_run(
+            generation,
+            signals,
+            (first, first_tb),
+            cpu,
+            |tb, cpu| {
+                let end = Self::exec_plain(generation, tb, cpu, mem);
+                let start = tb.instr_start as usize;
+                let tallies = generation
+                    .tallies
+                    .get(start..start + tb.instr_len as usize)
+                    .unwrap_or_default();
+                if end.executed == tb.ops_end.wrapping_sub(tb.ops_start) {
+                    for t in tallies {
+                        match sums.get_mut(t.key as usize) {
+                            Some(pending) => *pending = pending.wrapping_add(t.full),
+                            None => add_tally(generation, t.key, vcpu, t.full),
+                        }
                     }
+                } else {
+                    add_partial_tallies(generation, tallies, vcpu, end.executed);
                 }
-            } else {
-                add_partial_tallies(generation, tallies, vcpu, end.executed);
-            }
-            let executed = before + end.executed;
-            let next = Self::link_after(generation, signals, id, &end, cpu, blocks).filter(
-                |&(_, next_tb)| {
-                    next_tb.plan_version == generation.plan_version
-                        && matches!(next_tb.mode, ExecMode::Tally | ExecMode::Plain)
-                },
-            );
-            match next {
-                Some((next, next_tb)) => (id, tb, before) = (next, next_tb, executed),
-                None => {
-                    break RunEnd {
-                        end: BlockEnd { executed, ..end },
-                        last: id,
-                        blocks,
-                    };
-                }
-            }
-        };
+                Ok(end)
+            },
+            |next_tb| matches!(next_tb.mode, ExecMode::Tally | ExecMode::Plain),
+        );
         for (key, &sum) in sums.iter().enumerate() {
             if sum != 0 {
                 add_tally(generation, idx(key), vcpu, sum);
             }
         }
         run
+    }
+
+    /// A run of blocks, each executed by `block` (the plain loop with
+    /// something around it), from the `first` block on: when a block ends
+    /// normally, the run goes on into the block it is chained to if that
+    /// one's plan is current and `goes_into` takes it (see
+    /// [`Engine::run_link`]). `block` returning `Err` ends the run after
+    /// that block.
+    #[inline(always)]
+    fn plain_run<'g>(
+        generation: &'g Generation<F::Op>,
+        signals: &Signals,
+        (first, first_tb): (u32, &'g TbHeader),
+        cpu: &mut F::Cpu,
+        mut block: impl FnMut(&'g TbHeader, &mut F::Cpu) -> Result<BlockEnd, BlockEnd>,
+        goes_into: impl Fn(&TbHeader) -> bool,
+    ) -> RunEnd {
+        let (mut id, mut tb) = (first, first_tb);
+        let mut blocks = 0u32;
+        // Instructions of the run's earlier blocks.
+        let mut before = 0u32;
+        loop {
+            blocks += 1;
+            let end = match block(tb, cpu) {
+                Ok(end) => end,
+                Err(end) => {
+                    let end = BlockEnd {
+                        executed: before + end.executed,
+                        ..end
+                    };
+                    return RunEnd {
+                        end,
+                        last: id,
+                        blocks,
+                    };
+                }
+            };
+            let executed = before + end.executed;
+            let next = Self::link_after(generation, signals, id, &end, cpu, blocks).filter(
+                |&(_, next_tb)| {
+                    next_tb.plan_version == generation.plan_version && goes_into(next_tb)
+                },
+            );
+            match next {
+                Some((next, next_tb)) => (id, tb, before) = (next, next_tb, executed),
+                None => {
+                    return RunEnd {
+                        end: BlockEnd { executed, ..end },
+                        last: id,
+                        blocks,
+                    };
+                }
+            }
+        }
     }
 
     /// Executes the first instruction of `tb` alone, ending the block after
@@ -1597,12 +1614,12 @@ impl<F: Frontend> Engine<F> {
     /// callbacks costs far more than the call.
     #[inline(never)]
     #[allow(clippy::too_many_arguments)]
-    fn exec_hooked(
-        generation: &Generation<F::Op>,
+    fn exec_hooked<'g>(
+        generation: &'g Generation<F::Op>,
         signals: &Signals,
         vcpu: u32,
         id: u32,
-        tb: &TbHeader,
+        tb: &'g TbHeader,
         cpu: &mut F::Cpu,
         mem: &mut GuestMemory,
     ) -> RunEnd {
@@ -1610,7 +1627,18 @@ impl<F: Frontend> Engine<F> {
         // cannot be resolved (never, by construction) takes the general
         // loop.
         if let Some(first_cb) = Self::call_each_callback(generation, tb) {
-            Self::exec_call_each(generation, signals, vcpu, id, tb, first_cb, cpu, mem)
+            let call = |(_, cb): (u32, &InsnCallbackFn), ctx: &mut CallbackContext<'_>| cb(ctx);
+            // Blocks of a run mostly share the callback: it is looked up
+            // again only when it changes.
+            let calls_of = |next_tb: &TbHeader, (slot, cb): (u32, &'g InsnCallbackFn)| {
+                let next_slot = Self::call_each_slot(generation, next_tb)?;
+                if next_slot == slot {
+                    return Some((slot, cb));
+                }
+                Some((next_slot, Self::callback_in_slot(generation, next_slot)?))
+            };
+            let calls = (first_cb, call, calls_of);
+            Self::exec_call_each(generation, signals, vcpu, id, tb, calls, cpu, mem)
         } else {
             // Never, by construction: one block, through the general loop.
             let end = if tb.mode == ExecMode::CallEach {
@@ -1813,13 +1841,17 @@ impl<F: Frontend> Engine<F> {
     /// [`Engine::run_goes_on`]).
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
-    fn exec_call_each(
-        generation: &Generation<F::Op>,
+    fn exec_call_each<'g, C: Copy>(
+        generation: &'g Generation<F::Op>,
         signals: &Signals,
         vcpu: u32,
         first: u32,
-        first_tb: &TbHeader,
-        first_cb: (u32, &InsnCallbackFn),
+        first_tb: &'g TbHeader,
+        (first_calls, call, calls_of): (
+            C,
+            impl Fn(C, &mut CallbackContext<'_>),
+            impl Fn(&'g TbHeader, C) -> Option<C>,
+        ),
         cpu: &mut F::Cpu,
         mem: &mut GuestMemory,
     ) -> RunEnd {
@@ -1832,7 +1864,7 @@ impl<F: Frontend> Engine<F> {
             requests: Requests::default(),
             registers: CpuRegisters::<F>(cpu),
         };
-        let (mut id, mut tb, (mut slot, mut cb)) = (first, first_tb, first_cb);
+        let (mut id, mut tb, mut calls) = (first, first_tb, first_calls);
         let mut blocks = 0u32;
         // Instructions of the run's earlier blocks.
         let mut before = 0u32;
@@ -1848,7 +1880,7 @@ impl<F: Frontend> Engine<F> {
                 // The callback reads the pc from here, not from the
                 // register file (`CallbackContext::read_register`).
                 ctx.pc = pc;
-                cb(&mut ctx);
+                call(calls, &mut ctx);
                 match F::execute(ctx.registers.0, &op.op, pc, ctx.mem) {
                     Flow::Next => {}
                     Flow::Jump(target) => {
@@ -1898,19 +1930,10 @@ impl<F: Frontend> Engine<F> {
                 flags,
                 blocks,
             )
-            .and_then(|(next, next_tb)| {
-                // Blocks of a run mostly share the callback: it is looked
-                // up again only when it changes.
-                let next_slot = Self::call_each_slot(generation, next_tb)?;
-                if next_slot == slot {
-                    return Some((next, next_tb, slot, cb));
-                }
-                let next_cb = Self::callback_in_slot(generation, next_slot)?;
-                Some((next, next_tb, next_slot, next_cb))
-            });
+            .and_then(|(next, next_tb)| Some((next, next_tb, calls_of(next_tb, calls)?)));
             match next {
-                Some((next, next_tb, next_slot, next_cb)) => {
-                    (id, tb, slot, cb) = (next, next_tb, next_slot, next_cb);
+                Some((next, next_tb, next_calls)) => {
+                    (id, tb, calls) = (next, next_tb, next_calls);
                 }
                 None => {
                     let end = BlockEnd {
@@ -1935,106 +1958,29 @@ impl<F: Frontend> Engine<F> {
     /// per block. Out of line, apart from the CallEach loop, whose code it
     /// leaves alone.
     #[inline(never)]
-    fn exec_call_list(
-        generation: &Generation<F::Op>,
+    fn exec_call_list<'g>(
+        generation: &'g Generation<F::Op>,
         signals: &Signals,
         vcpu: u32,
-        first: u32,
-        first_tb: &TbHeader,
+        id: u32,
+        tb: &'g TbHeader,
         cpu: &mut F::Cpu,
         mem: &mut GuestMemory,
     ) -> RunEnd {
-        let mut ctx = CallbackContext {
-            vcpu,
-            pc: first_tb.pc,
-            mem,
-            requests: Requests::default(),
-            registers: CpuRegisters::<F>(cpu),
+        let call = |list: &[CompiledAction], ctx: &mut CallbackContext<'_>| {
+            for action in list {
+                if let CompiledAction::Call { cb } = *action {
+                    if let Some(cb) = generation.callbacks.get(cb as usize) {
+                        cb(ctx);
+                    }
+                }
+            }
         };
-        let (mut id, mut tb) = (first, first_tb);
-        let mut blocks = 0u32;
-        // Instructions of the run's earlier blocks.
-        let mut before = 0u32;
-        loop {
-            blocks += 1;
-            let list = Self::call_list(generation, tb);
-            let ops = generation.ops_of(tb).unwrap_or_default();
-            let base = tb.pc;
-            let mut next_pc = base.wrapping_add(u64::from(tb.size));
-            let mut executed = count(ops.len());
-            let mut iter = ops.iter();
-            while let Some(op) = iter.next() {
-                let pc = base.wrapping_add(u64::from(op.offset));
-                ctx.pc = pc;
-                for action in list {
-                    if let CompiledAction::Call { cb } = *action {
-                        if let Some(cb) = generation.callbacks.get(cb as usize) {
-                            cb(&mut ctx);
-                        }
-                    }
-                }
-                match F::execute(ctx.registers.0, &op.op, pc, ctx.mem) {
-                    Flow::Next => {}
-                    Flow::Jump(target) => {
-                        next_pc = target;
-                        executed = count(ops.len() - iter.len());
-                        break;
-                    }
-                    Flow::Exit(exit) => {
-                        let executed = before + count(ops.len() - iter.len());
-                        let end = Self::exit_at(exit, pc, op.len, executed, ctx.requests);
-                        return RunEnd {
-                            end,
-                            last: id,
-                            blocks,
-                        };
-                    }
-                }
-                // As in the CallEach loop: the callbacks' own requests end
-                // the block here, a handle's at its end.
-                if ctx.requests.any() {
-                    let end = BlockEnd {
-                        next_pc: pc.wrapping_add(u64::from(op.len)),
-                        executed: before + count(ops.len() - iter.len()),
-                        exit: None,
-                        requests: ctx.requests,
-                    };
-                    return RunEnd {
-                        end,
-                        last: id,
-                        blocks,
-                    };
-                }
-            }
-            before += executed;
-            let flags = F::tb_flags(ctx.registers.0);
-            let next = Self::run_goes_on(
-                generation,
-                signals,
-                &ctx.requests,
-                id,
-                next_pc,
-                flags,
-                blocks,
-            )
-            .filter(|&(_, next_tb)| next_tb.mode == ExecMode::CallList);
-            match next {
-                Some((next, next_tb)) => (id, tb) = (next, next_tb),
-                None => {
-                    let end = BlockEnd {
-                        next_pc,
-                        executed: before,
-                        exit: None,
-                        requests: ctx.requests,
-                    };
-                    return RunEnd {
-                        end,
-                        last: id,
-                        blocks,
-                    };
-                }
-            }
-        }
+        let calls_of = |next_tb: &TbHeader, _| {
+            (next_tb.mode == ExecMode::CallList).then(|| Self::call_list(generation, next_tb))
+        };
+        let calls = (Self::call_list(generation, tb), call, calls_of);
+        Self::exec_call_each(generation, signals, vcpu, id, tb, calls, cpu, mem)
     }
 
     /// The callbacks every instruction of a [`ExecMode::CallList`] block

@@ -1335,6 +1335,19 @@ fn scoreboards_and_callbacks_see_each_vcpus_index() {
     );
 }
 
+/// Attaches a conditional callback that never runs to `insn`: the block
+/// then takes the engine's general loop, for comparing a specialised loop
+/// with it.
+fn force_general_loop(insn: &InsnPlan, board: &Arc<Scoreboard>, never: &InsnCallback) {
+    let never_true = Condition {
+        board,
+        slot: 0,
+        compare: Compare::Never,
+        value: 0,
+    };
+    insn.on_execute(Action::Conditional(never_true, never));
+}
+
 /// Inline adds only (entry and per instruction, several entries, distinct
 /// immediates): `weights[i]` is added to slot 0 before instruction `i`,
 /// 10 to slot 1 on block entry and 1 to slot 2 before instruction 0.
@@ -1356,15 +1369,7 @@ fn run_inline_adds(code: &[u32], force_steps: bool) -> (CpuExit, [u64; 3], u64) 
                 insn.on_execute(add(2, 1));
             }
             if force_steps {
-                insn.on_execute(Action::Conditional(
-                    Condition {
-                        board: &b,
-                        slot: 0,
-                        compare: Compare::Never,
-                        value: 0,
-                    },
-                    &never,
-                ));
+                force_general_loop(&insn, &b, &never);
             }
         }
     });
@@ -1727,13 +1732,7 @@ fn run_block_tallies(n: i32, force_steps: bool) -> (CpuExit, Vec<u64>, EngineSta
         for insn in plan.insns() {
             insn.on_execute(inline_add(&b, ENTRIES, insn.index() as u64 + 1));
             if force_steps {
-                let never_true = Condition {
-                    board: &b,
-                    slot: 0,
-                    compare: Compare::Never,
-                    value: 0,
-                };
-                insn.on_execute(Action::Conditional(never_true, &never));
+                force_general_loop(&insn, &b, &never);
             }
         }
     });
@@ -1874,13 +1873,7 @@ fn run_callback_list(force_steps: bool) -> (Vec<(u8, u64)>, (u64, u64), Cpu, Eng
                 insn.on_execute(Action::Callback(cb));
             }
             if force_steps {
-                let never_true = Condition {
-                    board: &board,
-                    slot: 0,
-                    compare: Compare::Never,
-                    value: 0,
-                };
-                insn.on_execute(Action::Conditional(never_true, &never));
+                force_general_loop(&insn, &board, &never);
             }
         }
     });
@@ -1957,13 +1950,7 @@ fn run_insn_and_mem_callbacks(
             insn.on_execute(Action::Callback(&insn_cb));
             insn.on_memory(MemFilter::All, MemAction::Callback(&mem_cb));
             if force_steps {
-                let never_true = Condition {
-                    board: &board,
-                    slot: 0,
-                    compare: Compare::Never,
-                    value: 0,
-                };
-                insn.on_execute(Action::Conditional(never_true, &never));
+                force_general_loop(&insn, &board, &never);
             }
         }
     });
