@@ -1679,52 +1679,95 @@ impl<F: Frontend> Engine<F> {
         // instructions per access more on the integer guest.
         let same_actions = |next: &[CompiledMem]| matches!(next, [a] if *a == action);
         let watched = (action.filter, watch, same_actions);
-        Self::exec_mem_each(generation, signals, vcpu, id, tb, watched, NoCall, cpu, mem)
+        Self::exec_mem_each(generation, signals, vcpu, id, tb, watched, cpu, mem)
     }
 
-    /// Runs a [`ExecMode::CallEachWithMem`] block, and the blocks of its
-    /// kind (or CallEach blocks) with the same callback and memory action
-    /// it leads to: the MemEach loop with the callback before each
-    /// instruction. Several memory actions take the general loop. Out of
-    /// line and apart from the other loops, whose code it leaves alone.
+    /// Runs a [`ExecMode::CallEachWithMem`] block, and the blocks it leads
+    /// into that call the same callback before every instruction and run
+    /// the same memory actions on every access (or have no access: CallEach
+    /// blocks): the plain loop with the callback before each instruction,
+    /// through the general loop's accessor armed once with the actions.
+    /// Apart from the MemEach loop: a second copy of that loop (its own
+    /// accessor type) took it one register (`mem` on integer: 4% more host
+    /// instructions).
     #[inline(never)]
-    fn exec_watched_calling(
-        generation: &Generation<F::Op>,
+    fn exec_watched_calling<'g>(
+        generation: &'g Generation<F::Op>,
         signals: &Signals,
         vcpu: u32,
         id: u32,
-        tb: &TbHeader,
+        tb: &'g TbHeader,
         cpu: &mut F::Cpu,
         mem: &mut GuestMemory,
     ) -> RunEnd {
         let actions = Self::shared_mem_actions(generation, tb);
-        let sole = actions.and_then(|actions| Self::sole_callback(generation, actions));
-        let slot = generation
-            .hooks
-            .get(tb.instr_start as usize + 1)
-            .map(|hook| hook.sole_call);
-        let insn_cb = slot.and_then(|slot| Some((slot, Self::callback_in_slot(generation, slot)?)));
-        let (Some((action, watch)), Some(insn_cb)) = (sole, insn_cb) else {
+        let slot = Self::sole_call_slot(generation, tb);
+        let cb = slot.and_then(|slot| Self::callback_in_slot(generation, slot));
+        let (Some(actions), Some(slot), Some(cb)) = (actions, slot, cb) else {
             // The general loop, for this block.
             return Self::exec_hooked(generation, signals, vcpu, id, tb, cpu, mem);
         };
-        let same_actions = |next: &[CompiledMem]| matches!(next, [a] if *a == action);
-        let watched = (action.filter, watch, same_actions);
-        let before_insn = SoleCall {
-            slot: insn_cb.0,
-            cb: insn_cb.1,
-        };
-        Self::exec_mem_each(
-            generation,
-            signals,
-            vcpu,
-            id,
-            tb,
-            watched,
-            before_insn,
-            cpu,
+        let mut access = InstrumentedMem {
             mem,
-        )
+            actions: MemActions {
+                actions,
+                callbacks: &generation.mem_callbacks,
+                boards: &generation.boards,
+            },
+            vcpu,
+            pc: tb.pc,
+            requests: Requests::default(),
+        };
+        let block = |tb: &TbHeader, cpu: &mut F::Cpu| {
+            let ops = generation.ops_of(tb).unwrap_or_default();
+            let base = tb.pc;
+            let mut iter = ops.iter();
+            while let Some(op) = iter.next() {
+                let pc = base.wrapping_add(u64::from(op.offset));
+                call::<F>(cb, vcpu, pc, cpu, access.mem, &mut access.requests);
+                access.pc = pc;
+                let flow = F::execute(cpu, &op.op, pc, &mut access);
+                let executed = || count(ops.len() - iter.len());
+                match flow {
+                    Flow::Next => {}
+                    Flow::Jump(target) => {
+                        return Ok(BlockEnd {
+                            next_pc: target,
+                            executed: executed(),
+                            exit: None,
+                            requests: access.requests,
+                        });
+                    }
+                    Flow::Exit(exit) => {
+                        let requests = access.requests;
+                        return Err(Self::exit_at(exit, pc, op.len, executed(), requests));
+                    }
+                }
+                // As in the CallEach and MemEach loops: the callbacks' own
+                // requests end the block here, a handle's at its end.
+                if access.requests.any() {
+                    return Err(BlockEnd {
+                        next_pc: pc.wrapping_add(u64::from(op.len)),
+                        executed: executed(),
+                        exit: None,
+                        requests: access.requests,
+                    });
+                }
+            }
+            Ok(BlockEnd {
+                next_pc: base.wrapping_add(u64::from(tb.size)),
+                executed: count(ops.len()),
+                exit: None,
+                requests: access.requests,
+            })
+        };
+        let goes_into = |next_tb: &TbHeader| {
+            Self::sole_call_slot(generation, next_tb) == Some(slot)
+                && (next_tb.mode == ExecMode::CallEach
+                    || next_tb.mode == ExecMode::CallEachWithMem
+                        && Self::shared_mem_actions(generation, next_tb) == Some(actions))
+        };
+        Self::plain_run(generation, signals, (id, tb), cpu, block, goes_into)
     }
 
     /// [`Engine::exec_watched`] for a block whose accesses each run several
@@ -1762,7 +1805,7 @@ impl<F: Frontend> Engine<F> {
         let same_actions = |next: &[CompiledMem]| next == actions;
         // Each action checks its own filter.
         let watched = (MemFilter::All, watch, same_actions);
-        Self::exec_mem_each(generation, signals, vcpu, id, tb, watched, NoCall, cpu, mem)
+        Self::exec_mem_each(generation, signals, vcpu, id, tb, watched, cpu, mem)
     }
 
     /// Whether a run of out-of-line blocks goes on after block `id` ended
@@ -2003,21 +2046,16 @@ impl<F: Frontend> Engine<F> {
     /// same); stops after an instruction whose callback requested a flush
     /// or exit (or when another thread did). A block that ends normally
     /// leads into the next plain block or MemEach block with the same
-    /// actions (see [`Engine::run_goes_on`]). With an instruction callback
-    /// in `before_insn`, the loop of [`ExecMode::CallEachWithMem`] blocks:
-    /// the callback runs before each instruction, and the run goes on into
-    /// CallEach and CallEachWithMem blocks with the same callback (and
-    /// actions) instead.
+    /// actions (see [`Engine::run_goes_on`]).
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
-    fn exec_mem_each<W: Fire, C: BeforeInsn>(
+    fn exec_mem_each<W: Fire>(
         generation: &Generation<F::Op>,
         signals: &Signals,
         vcpu: u32,
         first: u32,
         first_tb: &TbHeader,
         (filter, watch, same_actions): (MemFilter, W, impl Fn(&[CompiledMem]) -> bool),
-        before_insn: C,
         cpu: &mut F::Cpu,
         mem: &mut GuestMemory,
     ) -> RunEnd {
@@ -2026,7 +2064,6 @@ impl<F: Frontend> Engine<F> {
             filter,
             watch,
             requested: false,
-            before_insn,
         };
         let (mut id, mut tb) = (first, first_tb);
         let mut blocks = 0u32;
@@ -2057,11 +2094,6 @@ impl<F: Frontend> Engine<F> {
                 while let Some(op) = iter.next() {
                     let pc = base.wrapping_add(u64::from(op.offset));
                     access.ctx.pc = pc;
-                    if let Some(cb) = access.before_insn.callback() {
-                        let requests = &mut access.ctx.requests;
-                        call::<F>(cb, vcpu, pc, cpu, access.ctx.mem, requests);
-                        access.requested |= requests.any();
-                    }
                     match F::execute(cpu, &op.op, pc, &mut access) {
                         Flow::Next => {}
                         Flow::Jump(target) => {
@@ -2079,10 +2111,9 @@ impl<F: Frontend> Engine<F> {
                             };
                         }
                     }
-                    // Only a memory callback (or the instruction callback)
-                    // makes requests through its context: see
-                    // `WatchedMem::fire`. Requests through a handle wait for
-                    // the block's end (`run_goes_on`).
+                    // Only a memory callback makes requests through its
+                    // context: see `WatchedMem::fire`. Requests through a
+                    // handle wait for the block's end (`run_goes_on`).
                     if access.requested {
                         let end = BlockEnd {
                             next_pc: pc.wrapping_add(u64::from(op.len)),
@@ -2113,21 +2144,8 @@ impl<F: Frontend> Engine<F> {
                 blocks,
             )
             .filter(|&(_, next_tb)| {
-                if let Some(slot) = access.before_insn.slot() {
-                    // The same callback, and the same memory actions if any.
-                    let same_call = generation
-                        .hooks
-                        .get(next_tb.instr_start as usize + 1)
-                        .is_some_and(|hook| hook.sole_call == slot);
-                    same_call
-                        && (next_tb.mode == ExecMode::CallEach
-                            || next_tb.mode == ExecMode::CallEachWithMem
-                                && Self::shared_mem_actions(generation, next_tb)
-                                    .is_some_and(&same_actions))
-                } else {
-                    next_tb.mode == ExecMode::Plain
-                        || Self::mem_each_actions(generation, next_tb).is_some_and(&same_actions)
-                }
+                next_tb.mode == ExecMode::Plain
+                    || Self::mem_each_actions(generation, next_tb).is_some_and(&same_actions)
             });
             match next {
                 Some((next, next_tb)) => (id, tb) = (next, next_tb),
@@ -2155,6 +2173,14 @@ impl<F: Frontend> Engine<F> {
         if tb.mode != ExecMode::CallEach {
             return None;
         }
+        Self::sole_call_slot(generation, tb)
+    }
+
+    /// The slot of the one callback every instruction of a
+    /// [`ExecMode::CallEach`] or [`ExecMode::CallEachWithMem`] block calls
+    /// (meaningless for other blocks).
+    #[inline(always)]
+    fn sole_call_slot(generation: &Generation<F::Op>, tb: &TbHeader) -> Option<u32> {
         // Hook 0 is the (empty) entry hook; every instruction's hook names
         // the same callback.
         Some(generation.hooks.get(tb.instr_start as usize + 1)?.sole_call)
@@ -2282,47 +2308,6 @@ impl<F: Frontend> Engine<F> {
 #[inline(always)]
 fn count(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
-}
-
-/// What the MemEach loop calls before each instruction: nothing
-/// ([`ExecMode::MemEach`]) or one instruction callback
-/// ([`ExecMode::CallEachWithMem`]). A type, not a value, so that the
-/// MemEach loop's copy carries nothing for it.
-trait BeforeInsn: Copy {
-    /// The callback and its slot in the generation's table.
-    fn callback(&self) -> Option<&InsnCallbackFn>;
-    fn slot(&self) -> Option<u32>;
-}
-
-#[derive(Clone, Copy)]
-struct NoCall;
-
-impl BeforeInsn for NoCall {
-    #[inline(always)]
-    fn callback(&self) -> Option<&InsnCallbackFn> {
-        None
-    }
-    #[inline(always)]
-    fn slot(&self) -> Option<u32> {
-        None
-    }
-}
-
-#[derive(Clone, Copy)]
-struct SoleCall<'g> {
-    slot: u32,
-    cb: &'g InsnCallbackFn,
-}
-
-impl BeforeInsn for SoleCall<'_> {
-    #[inline(always)]
-    fn callback(&self) -> Option<&InsnCallbackFn> {
-        Some(self.cb)
-    }
-    #[inline(always)]
-    fn slot(&self) -> Option<u32> {
-        Some(self.slot)
-    }
 }
 
 /// An instruction callback behind its `Arc`.
@@ -2492,7 +2477,7 @@ fn apply_inline(boards: &[Arc<Scoreboard>], vcpu: u32, board: u32, slot: u32, ki
 /// Guest memory as a [`ExecMode::MemEach`] block sees it: each access
 /// `filter` selects runs the block's actions. The callback context is made
 /// once per block (the loop moves its pc along), not once per access.
-struct WatchedMem<'a, W, C> {
+struct WatchedMem<'a, W> {
     ctx: CallbackContext<'a, NoRegisters>,
     filter: MemFilter,
     watch: W,
@@ -2501,12 +2486,9 @@ struct WatchedMem<'a, W, C> {
     /// each instruction (measured: 4.9 host instructions fewer per access
     /// on the integer guest than testing the context's requests).
     requested: bool,
-    /// What the loop calls before each instruction (nothing, in a MemEach
-    /// run: a type with no data).
-    before_insn: C,
 }
 
-impl<W: Fire, C> WatchedMem<'_, W, C> {
+impl<W: Fire> WatchedMem<'_, W> {
     #[inline]
     fn fire(&mut self, info: MemAccessInfo) {
         self.watch.fire(&mut self.ctx, &info);
@@ -2516,7 +2498,7 @@ impl<W: Fire, C> WatchedMem<'_, W, C> {
     }
 }
 
-impl<W: Fire, C> MemAccess for WatchedMem<'_, W, C> {
+impl<W: Fire> MemAccess for WatchedMem<'_, W> {
     #[inline(always)]
     fn load(&mut self, addr: u64, size: u8, signed: bool) -> Result<u64, MemFault> {
         let raw = self.ctx.mem.load(addr, size)?;
