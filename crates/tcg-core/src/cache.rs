@@ -133,18 +133,10 @@ pub(crate) enum ExecMode {
 }
 
 impl ExecMode {
-    /// Runs the instrumented loop (its plan is hooks).
+    /// Runs the instrumented loop (its plan is hooks): every mode but the
+    /// plain one and those of tallies.
     fn runs_steps(self) -> bool {
-        matches!(
-            self,
-            ExecMode::Steps
-                | ExecMode::CallEach
-                | ExecMode::CallList
-                | ExecMode::OnEntry
-                | ExecMode::MemEach
-                | ExecMode::CallEachWithMem
-                | ExecMode::StepsWithMemory
-        )
+        self != ExecMode::Plain && !self.tallies()
     }
     /// Runs the plain loop with tallies (its plan is tallies).
     fn tallies(self) -> bool {
@@ -1006,8 +998,7 @@ impl<Op: Copy> Generation<Op> {
         let start = tb.instr_start as usize;
         let len = tb.instr_len as usize;
         match tb.mode {
-            ExecMode::Plain => None,
-            ExecMode::Tally | ExecMode::Count => {
+            mode if mode.tallies() => {
                 let tallies = self.tallies.get(start..start + len)?;
                 let insns = tb.ops_end.saturating_sub(tb.ops_start) as usize;
                 let sums = tallies.first().map_or(0, |t| t.sums_start as usize);
@@ -1024,13 +1015,7 @@ impl<Op: Copy> Generation<Op> {
                     },
                 })
             }
-            ExecMode::Steps
-            | ExecMode::CallEach
-            | ExecMode::CallList
-            | ExecMode::OnEntry
-            | ExecMode::MemEach
-            | ExecMode::CallEachWithMem
-            | ExecMode::StepsWithMemory => {
+            mode if mode.runs_steps() => {
                 let hooks = self.hooks.get(start..start + len)?;
                 let (first, last) = (hooks.first()?, hooks.last()?);
                 let actions = first.actions_start as usize;
@@ -1057,6 +1042,8 @@ impl<Op: Copy> Generation<Op> {
                     },
                 })
             }
+            // Plain: no instrumentation.
+            _ => None,
         }
     }
 
