@@ -1276,7 +1276,12 @@ impl<F: Frontend> Engine<F> {
         let mut executed = 0u32;
         for (op, hook) in ops.iter().zip(hooks) {
             let pc = base.wrapping_add(u64::from(op.offset));
-            if !MEMORY && hook.sole_call != NONE {
+            // One callback and nothing else (a callback per instruction,
+            // shared or each its own, as the `cache` plugin attaches):
+            // called without walking the list. In the memory loop too:
+            // callgrind, `cache` on integer 200, 5,983.0 M host
+            // instructions against 6,516.8 M walking it.
+            if hook.sole_call != NONE {
                 called = true;
                 F::set_pc(cpu, pc);
                 if let Some(cb) = generation.callbacks.get(hook.sole_call as usize) {

@@ -1925,13 +1925,15 @@ fn a_list_of_callbacks_on_every_instruction_runs_as_in_the_general_loop() {
 #[allow(clippy::type_complexity)]
 fn run_insn_and_mem_callbacks(
     force_steps: bool,
+    distinct: bool,
+    ask_at: u64,
 ) -> (Vec<(u8, u64, u64)>, Vec<(u64, u64)>, Cpu, EngineStats) {
     let log = Arc::new(Mutex::new(Vec::new()));
     let (adds, stores) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let (l, n) = (log.clone(), adds.clone());
     let insn_cb: InsnCallback = Arc::new(move |ctx: &mut CallbackContext<'_>| {
         l.lock().unwrap().push((0, ctx.pc(), 0));
-        if ctx.pc() == CODE + 0x38 && n.fetch_add(1, Relaxed) == 60 {
+        if ctx.pc() == ask_at && n.fetch_add(1, Relaxed) == 60 {
             ctx.request_exit();
         }
     });
@@ -1947,7 +1949,16 @@ fn run_insn_and_mem_callbacks(
     let board = Arc::new(Scoreboard::new(1, 1));
     let (mut engine, mut mem, mut cpu) = three_block_machine(move |_tb, plan| {
         for insn in plan.insns() {
-            insn.on_execute(Action::Callback(&insn_cb));
+            if distinct {
+                // A closure of its own for each instruction (QEMU's
+                // per-instruction userdata): the same calls, but no
+                // callback is shared by every instruction.
+                let shared = insn_cb.clone();
+                let own: InsnCallback = Arc::new(move |ctx: &mut CallbackContext<'_>| shared(ctx));
+                insn.on_execute(Action::Callback(&own));
+            } else {
+                insn.on_execute(Action::Callback(&insn_cb));
+            }
             insn.on_memory(MemFilter::All, MemAction::Callback(&mem_cb));
             if force_steps {
                 force_general_loop(&insn, &board, &never);
@@ -1970,7 +1981,7 @@ fn run_insn_and_mem_callbacks(
 #[test]
 fn an_instruction_callback_beside_a_memory_callback_runs_as_in_the_general_loop() {
     let (_, plain_cpu, plain) = run_three_block_loop(|_| {});
-    let (log, exits, cpu, stats) = run_insn_and_mem_callbacks(false);
+    let (log, exits, cpu, stats) = run_insn_and_mem_callbacks(false, false, CODE + 0x38);
     assert_eq!(cpu, plain_cpu);
     assert_eq!(stats.insns_executed, plain.insns_executed);
     let insn_calls = log.iter().filter(|e| e.0 == 0).count() as u64;
@@ -1985,8 +1996,37 @@ fn an_instruction_callback_beside_a_memory_callback_runs_as_in_the_general_loop(
             (CODE + 0x48, 11 + 8 * 776 + 7)
         ]
     );
-    let general = run_insn_and_mem_callbacks(true);
+    let general = run_insn_and_mem_callbacks(true, false, CODE + 0x38);
     assert_eq!(general.0, log);
     assert_eq!(general.1, exits);
     assert_eq!(general.3.insns_executed, stats.insns_executed);
+}
+
+/// A callback of its own on every instruction beside memory callbacks
+/// (the `cache` plugin's shape) runs each instruction's sole callback
+/// without walking its action list, in the general loop with memory
+/// actions: the same calls, in the same order, and the same stopping
+/// points as when that list is walked.
+#[test]
+fn distinct_instruction_callbacks_beside_memory_callbacks_run_as_when_listed() {
+    // Asked at the loop head, which does not access memory, in the block
+    // with the load: the request is the instruction callback's alone.
+    let ask_at = CODE + 0x2c;
+    let shared = run_insn_and_mem_callbacks(false, false, ask_at);
+    let (log, exits, cpu, stats) = run_insn_and_mem_callbacks(false, true, ask_at);
+    assert_eq!(
+        exits,
+        [
+            (CODE + 0x30, 11 + 8 * 60 + 1),
+            (CODE + 0x48, 11 + 8 * 776 + 7)
+        ]
+    );
+    assert_eq!(log, shared.0);
+    assert_eq!(exits, shared.1);
+    assert_eq!(cpu, shared.2);
+    assert_eq!(stats.insns_executed, shared.3.insns_executed);
+    let listed = run_insn_and_mem_callbacks(true, true, ask_at);
+    assert_eq!(listed.0, log);
+    assert_eq!(listed.1, exits);
+    assert_eq!(listed.3.insns_executed, stats.insns_executed);
 }
