@@ -126,6 +126,9 @@ fn dispatch(c: &mut Criterion) {
         ("insn_and_mem", &["insn", "mem"]),
         // Inline adds on block entry (QEMU's `bb` plugin, inline).
         ("block_counter_inline", &["bb,inline=on"]),
+        // A callback of its own on every instruction and a memory
+        // callback on every access (QEMU's contrib `cache` plugin).
+        ("cache_sim", &["cache"]),
     ];
     for &(name, specs) in cases {
         let host = (!specs.is_empty()).then(|| host(specs));
