@@ -246,6 +246,51 @@ fn cache_counts_known_misses() -> TestResult {
     Ok(())
 }
 
+/// Each vCPU simulates caches of its own: a second vCPU running the same
+/// loads after the first misses on every line again, and the totals are
+/// the two vCPUs' sums.
+#[test]
+fn cache_simulates_each_vcpu_apart() -> TestResult {
+    let mut code = vec![
+        lui(A0, (DATA >> 12) as u32),
+        addi(A1, 0, 0),
+        addi(A2, 0, 64),
+    ];
+    code.extend([
+        ld(T0, A0, 0),
+        addi(A0, A0, 64),
+        addi(A1, A1, 1),
+        blt(A1, A2, -12),
+        ECALL,
+    ]);
+    let host = PluginHost::new(GuestInfo::user("riscv64", 2), Box::new(std::io::sink()));
+    let sim = Arc::new(CacheSim::from_args(&args("cache", &[]), host.guest())?);
+    host.install("cache", sim.clone())?;
+    let (mut mem, mut cpu0) = machine(&code)?;
+    let mut cpu1 = cpu0.clone();
+    let mut engine = Engine::new(Rv64::new());
+    host.attach(&mut engine);
+    host.vcpu_init(0);
+    assert_eq!(engine.run(&mut cpu0, &mut mem), CpuExit::Syscall);
+    let first = sim.totals();
+    assert_eq!((first.data_accesses, first.data_misses), (64, 64));
+    let mut vcpu1 = engine.new_vcpu();
+    host.vcpu_init(1);
+    assert_eq!(
+        engine.run_vcpu(&mut vcpu1, &mut cpu1, &mut mem),
+        CpuExit::Syscall
+    );
+    host.vcpu_exit(1);
+    host.vcpu_exit(0);
+    host.finish()?;
+    let t = sim.totals();
+    assert_eq!((t.data_accesses, t.data_misses), (128, 128));
+    assert_eq!(t.insn_accesses, engine.stats().insns_executed);
+    // Each vCPU fetches the 8 instructions' one line once.
+    assert_eq!(t.insn_misses, 2);
+    Ok(())
+}
+
 #[test]
 fn syscall_counts_calls_and_errors() -> TestResult {
     let out = Shared::default();
