@@ -38,7 +38,8 @@ pub struct Cache {
 /// Adds one to a counter only its own thread writes.
 #[inline(always)]
 fn bump(counter: &AtomicU64) {
-    counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    let next = counter.load(Ordering::Relaxed).wrapping_add(1);
+    counter.store(next, Ordering::Relaxed);
 }
 
 impl Cache {
@@ -112,8 +113,8 @@ impl Cache {
                 bump(&self.misses);
                 // A free way, or the least recently used line, goes.
                 if valid.len() < ways.len() {
-                    // At most `ways`, which `new` took from a u64 power of
-                    // two no larger than the set count times it.
+                    // At most `ways`: far below 2^32 for any cache that
+                    // could be allocated.
                     let now = u32::try_from(valid.len() + 1).unwrap_or(u32::MAX);
                     filled.store(now, Ordering::Relaxed);
                     (false, valid.len())
