@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use tcgkit_image_core::ImageRegistry;
 use tcgkit_linux_user::{GuestExit, Options, Process, SyscallObserver};
-use tcgkit_plugin_api::{PluginHost, PluginLifecycle, SymbolTable};
+use tcgkit_plugin_api::{GuestInfo, GuestProgram, PluginHost, PluginLifecycle, SymbolTable};
 use tcgkit_profiler::{
     Event, EventKind, GuestExitStatus, PluginEvent, ProcessExit, Profiler, Syscall, TbFlushed,
     TbRangeInvalidated, TbTranslated, VcpuEvent,
@@ -169,7 +169,15 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             None => Box::new(std::io::stderr()),
         };
         let specs: Vec<&str> = args.plugins.iter().map(String::as_str).collect();
-        let host = match PluginHost::from_specs(&specs, out) {
+        let layout = process.layout();
+        let program = GuestProgram {
+            path: guest.clone(),
+            start_code: layout.start_code,
+            end_code: layout.end_code,
+            entry: layout.entry,
+        };
+        let info = GuestInfo::user("riscv64", 1).with_program(program);
+        let host = match PluginHost::from_specs_for(info, &specs, out) {
             Ok(host) => host,
             Err(e) => {
                 // A bad --plugin is a bad command line: one line, a hint, 2.

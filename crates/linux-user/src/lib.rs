@@ -63,5 +63,5 @@ mod strace;
 mod syscall;
 
 pub use error::LoadError;
-pub use process::{GuestExit, Options, Process, SyscallObserver};
+pub use process::{GuestExit, Options, Process, ProgramLayout, SyscallObserver};
 pub use signal::Signal;

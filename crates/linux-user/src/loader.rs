@@ -37,6 +37,10 @@ pub(crate) struct LoadedImage {
     pub(crate) phent: u64,
     /// End of the highest segment (the heap starts at the next page).
     pub(crate) end: u64,
+    /// Lowest address of an executable segment and the end of the file
+    /// bytes of the highest one (QEMU's `start_code`/`end_code`).
+    pub(crate) start_code: u64,
+    pub(crate) end_code: u64,
 }
 
 /// Maps the `PT_LOAD` segments of `image` into `mem`.
@@ -46,6 +50,7 @@ pub(crate) fn load_image(image: &Image, mem: &mut GuestMemory) -> Result<LoadedI
     let bias = if elf.elf_type == ET_DYN { PIE_BASE } else { 0 };
     let file = image.bytes();
     let mut end = 0u64;
+    let (mut start_code, mut end_code) = (u64::MAX, 0u64);
     let mut total = 0u64;
     let mut previous_end_page = 0u64;
     for seg in &elf.segments {
@@ -101,6 +106,11 @@ pub(crate) fn load_image(image: &Image, mem: &mut GuestMemory) -> Result<LoadedI
             .map_err(|e| bad(&format!("cannot write: {e}")))?;
         previous_end_page = stop;
         end = end.max(seg_end);
+        if seg.flags.execute {
+            start_code = start_code.min(vaddr);
+            // vaddr + filesz <= seg_end, checked above.
+            end_code = end_code.max(vaddr + seg.filesz);
+        }
     }
     if end == 0 {
         return Err(LoadError::NoSegments);
@@ -115,6 +125,9 @@ pub(crate) fn load_image(image: &Image, mem: &mut GuestMemory) -> Result<LoadedI
         phnum: u64::from(elf.phnum),
         phent: u64::from(elf.phentsize),
         end,
+        // The entry is in an executable segment, so there is one.
+        start_code,
+        end_code,
     })
 }
 

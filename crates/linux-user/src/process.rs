@@ -76,6 +76,18 @@ impl Options {
     }
 }
 
+/// Where the program was loaded: what QEMU reports to plugins as
+/// `start_code`, `end_code` and `entry_code`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProgramLayout {
+    /// Lowest guest address of an executable `PT_LOAD` segment.
+    pub start_code: u64,
+    /// End of the highest executable segment's file bytes.
+    pub end_code: u64,
+    /// Entry point (load bias applied).
+    pub entry: u64,
+}
+
 /// A loaded guest program, ready to run.
 pub struct Process {
     engine: Engine<Rv64>,
@@ -85,6 +97,7 @@ pub struct Process {
     options: Options,
     observer: Option<Box<dyn SyscallObserver>>,
     initial_sp: u64,
+    layout: ProgramLayout,
 }
 
 impl std::fmt::Debug for Process {
@@ -144,7 +157,17 @@ impl Process {
             options: Options::default(),
             observer: None,
             initial_sp: sp,
+            layout: ProgramLayout {
+                start_code: loaded.start_code,
+                end_code: loaded.end_code,
+                entry: loaded.entry,
+            },
         })
+    }
+
+    /// Where the program was loaded.
+    pub fn layout(&self) -> ProgramLayout {
+        self.layout
     }
 
     /// Sets the options.

@@ -4,7 +4,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use tcgkit_linux_user::{GuestExit, LoadError, Process, abi::auxv::*};
+use tcgkit_linux_user::{GuestExit, LoadError, Process, ProgramLayout, abi::auxv::*};
 use tcgkit_tcg_core::GuestMemory;
 
 fn fixture(name: &str) -> PathBuf {
@@ -282,4 +282,50 @@ fn guest_signal_handlers_run_and_reset() {
         process.run(),
         GuestExit::Signaled(tcgkit_linux_user::Signal::USR1)
     );
+}
+
+/// The executable segments' bounds and the entry, read with `object`
+/// (not through image-core, which the loader uses), as QEMU computes its
+/// plugins' `start_code`/`end_code`: lowest address of an executable
+/// segment, end of the file bytes of the highest; shifted by `bias`.
+fn expected_layout(path: &Path, bias: u64) -> ProgramLayout {
+    use object::read::elf::{ElfFile64, FileHeader, ProgramHeader};
+    let bytes = std::fs::read(path).expect("fixture");
+    let elf = ElfFile64::<object::Endianness>::parse(&*bytes).expect("an ELF64 file");
+    let endian = elf.endian();
+    let (mut start_code, mut end_code) = (u64::MAX, 0);
+    for ph in elf.elf_program_headers() {
+        if ph.p_type(endian) == object::elf::PT_LOAD && ph.p_flags(endian) & object::elf::PF_X != 0
+        {
+            let vaddr = ph.p_vaddr(endian) + bias;
+            start_code = start_code.min(vaddr);
+            end_code = end_code.max(vaddr + ph.p_filesz(endian));
+        }
+    }
+    ProgramLayout {
+        start_code,
+        end_code,
+        entry: elf.elf_header().e_entry(endian) + bias,
+    }
+}
+
+#[test]
+fn layout_reports_the_code_segment_and_entry_as_qemu_does() {
+    for name in ["integer", "malloc", "float", "signals"] {
+        let path = fixture(name);
+        let process = Process::load(&path, &os(&[name]), &[]).expect("load");
+        let layout = process.layout();
+        assert_eq!(
+            layout.entry,
+            process.cpu().pc(),
+            "{name}: the entry is where it starts"
+        );
+        // Static executables load at their link address; a static-pie at a bias.
+        let bias = layout.entry - expected_layout(&path, 0).entry;
+        assert_eq!(layout, expected_layout(&path, bias), "{name}");
+        assert!(
+            layout.start_code <= layout.entry && layout.entry < layout.end_code,
+            "{name}: {layout:x?}"
+        );
+    }
 }

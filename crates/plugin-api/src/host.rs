@@ -30,6 +30,10 @@ pub struct GuestInfo {
     pub system_emulation: bool,
     /// Number of vCPUs (scoreboards get one row per vCPU).
     pub vcpus: u32,
+    /// The program a user-mode guest runs, where the embedder knows it
+    /// (`tcgkit run` does); `None` under system emulation, as QEMU's
+    /// program queries then answer nothing.
+    pub program: Option<GuestProgram>,
 }
 
 impl GuestInfo {
@@ -39,8 +43,32 @@ impl GuestInfo {
             arch: arch.to_owned(),
             system_emulation: false,
             vcpus: vcpus.max(1),
+            program: None,
         }
     }
+
+    /// The same guest, running `program`.
+    pub fn with_program(self, program: GuestProgram) -> Self {
+        GuestInfo {
+            program: Some(program),
+            ..self
+        }
+    }
+}
+
+/// The executable a user-mode guest runs and where it was loaded: what
+/// QEMU's `qemu_plugin_path_to_binary`, `qemu_plugin_start_code`,
+/// `qemu_plugin_end_code` and `qemu_plugin_entry_code` report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GuestProgram {
+    /// The executable's path, as given to the emulator.
+    pub path: std::path::PathBuf,
+    /// Lowest guest address of an executable segment.
+    pub start_code: u64,
+    /// End of the highest executable segment's file bytes.
+    pub end_code: u64,
+    /// Entry point.
+    pub entry: u64,
 }
 
 /// Identifies an installed plugin within its host.
@@ -830,7 +858,17 @@ impl PluginHost {
     /// run` emulates), with the bundled plugins named by `specs`
     /// (`name,key=value,...`) installed in order.
     pub fn from_specs(specs: &[&str], out: Box<dyn Write + Send>) -> Result<Self, PluginError> {
-        let host = PluginHost::new(GuestInfo::user("riscv64", 1), out);
+        PluginHost::from_specs_for(GuestInfo::user("riscv64", 1), specs, out)
+    }
+
+    /// [`PluginHost::from_specs`] for `guest` (e.g. with the program it
+    /// runs, see [`GuestInfo::with_program`]).
+    pub fn from_specs_for(
+        guest: GuestInfo,
+        specs: &[&str],
+        out: Box<dyn Write + Send>,
+    ) -> Result<Self, PluginError> {
+        let host = PluginHost::new(guest, out);
         let registry = PluginRegistry::bundled();
         for spec in specs {
             host.install_spec(&registry, spec)?;

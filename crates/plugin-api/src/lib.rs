@@ -130,7 +130,9 @@ mod trans;
 
 pub use args::{PluginArgs, PluginSpec};
 pub use error::PluginError;
-pub use host::{GuestInfo, Plugin, PluginHandle, PluginHost, PluginId, PluginLifecycle};
+pub use host::{
+    GuestInfo, GuestProgram, Plugin, PluginHandle, PluginHost, PluginId, PluginLifecycle,
+};
 pub use registry::{PluginFactory, PluginRegistry};
 pub use symbols::SymbolTable;
 pub use trans::{Access, ExecContext, InsnTrans, SharedExecCallback, SharedMemCallback, TbTrans};
