@@ -84,3 +84,69 @@ fn bad_plugin_spec_is_a_usage_error() {
         assert!(out.stdout.is_empty());
     }
 }
+
+/// `drcov` writes the program's module line (its code bounds and entry,
+/// as QEMU's loader computes them: for the `integer` fixture, from its
+/// one executable segment, 0x10000 + 0x609e4 file bytes, entry 0x10898)
+/// and one 8-byte entry per covered block, all inside the code; the
+/// `_start` block, at the entry, is one of them.
+#[test]
+fn drcov_writes_the_programs_covered_blocks() {
+    let file = scratch("integer.drcov");
+    let _ = std::fs::remove_file(&file);
+    let report_file = scratch("integer-drcov.txt");
+    let out = Command::new(env!("CARGO_BIN_EXE_tcgkit"))
+        .arg("run")
+        .arg("--plugin")
+        .arg(format!("drcov,filename={}", file.display()))
+        .arg("--plugin-out")
+        .arg(&report_file)
+        .arg(guest("integer"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let report = std::fs::read_to_string(&report_file).unwrap();
+    let bytes = std::fs::read(&file).unwrap();
+    let table = b"BB Table: ";
+    let at = bytes
+        .windows(table.len())
+        .position(|w| w == table)
+        .expect("a BB table");
+    let line_end = at + bytes[at..].iter().position(|&b| b == b'\n').unwrap();
+    let header = std::str::from_utf8(&bytes[..line_end]).unwrap();
+    let mut lines = header.lines();
+    assert_eq!(lines.next(), Some("DRCOV VERSION: 2"));
+    assert_eq!(lines.next(), Some("DRCOV FLAVOR: drcov-64"));
+    assert_eq!(lines.next(), Some("Module Table: version 2, count 1"));
+    assert_eq!(lines.next(), Some("Columns: id, base, end, entry, path"));
+    let module = lines.next().unwrap();
+    let expected = format!(
+        "0, 0x10000, 0x709e4, 0x10898, {}",
+        guest("integer").display()
+    );
+    assert_eq!(module, expected);
+    let count = number_after(lines.next().unwrap(), "BB Table:") as usize;
+    let entries = &bytes[line_end + 1..];
+    assert_eq!(entries.len(), count * 8, "{count} entries of 8 bytes");
+    assert!(count > 50, "{count} blocks covered");
+    let blocks: Vec<(u32, u16, u16)> = entries
+        .chunks_exact(8)
+        .map(|e| {
+            (
+                u32::from_le_bytes(e[..4].try_into().unwrap()),
+                u16::from_le_bytes(e[4..6].try_into().unwrap()),
+                u16::from_le_bytes(e[6..].try_into().unwrap()),
+            )
+        })
+        .collect();
+    for &(offset, size, module) in &blocks {
+        assert_eq!(module, 0);
+        assert!(size > 0 && u64::from(offset) + u64::from(size) <= 0x609e4);
+    }
+    assert!(blocks.windows(2).all(|w| w[0] < w[1]), "sorted, each once");
+    assert!(blocks.iter().any(|b| b.0 == 0x898), "the entry block");
+    assert!(
+        report.contains(&format!("drcov: {count} blocks of ")),
+        "{report}"
+    );
+}

@@ -47,8 +47,11 @@
 //! # Bundled plugins
 //!
 //! [`PluginRegistry::bundled`] holds `insn`, `mem`, `bb`, `hotblocks`,
-//! `howvec`, `syscall` and `cache` (see [`plugins`]), and `reset`, which
-//! resets itself every N instructions to measure what a reset costs.
+//! `howvec`, `syscall`, `cache` and `drcov` (see [`plugins`]), and
+//! `reset`, which resets itself every N instructions to measure what a
+//! reset costs. Plugins learn about the guest from [`GuestInfo`],
+//! including, in user mode, the program it runs ([`GuestProgram`]: QEMU's
+//! path to the binary, start and end of code, and entry).
 //!
 //! ```
 //! use std::sync::Arc;

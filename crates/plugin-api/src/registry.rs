@@ -22,7 +22,7 @@ impl PluginRegistry {
     }
 
     /// The plugins bundled with tcgkit: `insn`, `mem`, `bb`, `hotblocks`,
-    /// `howvec`, `syscall`, `cache` and `reset`.
+    /// `howvec`, `syscall`, `cache`, `drcov` and `reset`.
     pub fn bundled() -> Self {
         let mut r = PluginRegistry::new();
         r.register(
@@ -59,6 +59,11 @@ impl PluginRegistry {
             "cache",
             "L1 instruction/data cache simulator (dcachesize, dassoc, dblksize, icachesize, iassoc, iblksize, limit)",
             plugins::cache::factory,
+        );
+        r.register(
+            "drcov",
+            "block coverage of the guest program in drcov format (filename=PATH)",
+            plugins::drcov::factory,
         );
         r.register(
             "reset",

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use tcgkit_plugin_api::plugins::bb::BlockCount;
 use tcgkit_plugin_api::plugins::cache::CacheSim;
+use tcgkit_plugin_api::plugins::drcov::DrCov;
 use tcgkit_plugin_api::plugins::hotblocks::HotBlocks;
 use tcgkit_plugin_api::plugins::howvec::{HowVec, InsnClass};
 use tcgkit_plugin_api::plugins::insn::InsnCount;
@@ -288,6 +289,63 @@ fn cache_simulates_each_vcpu_apart() -> TestResult {
     assert_eq!(t.insn_accesses, engine.stats().insns_executed);
     // Each vCPU fetches the 8 instructions' one line once.
     assert_eq!(t.insn_misses, 2);
+    Ok(())
+}
+
+/// `drcov` covers the blocks that ran inside the program's code, each
+/// once, as offsets from the start of the code; a block starting past the
+/// end of the code is not the program's.
+#[test]
+fn drcov_covers_the_blocks_run_inside_the_code() -> TestResult {
+    // The covered blocks and the file written.
+    type Coverage = (Vec<(u32, u16)>, Vec<u8>);
+    let covered = |end_code: u64| -> Result<Coverage, Box<dyn std::error::Error>> {
+        let program = GuestProgram {
+            path: "/guest/loop".into(),
+            start_code: CODE,
+            end_code,
+            entry: CODE,
+        };
+        let host = PluginHost::new(
+            GuestInfo::user("riscv64", 1).with_program(program),
+            Box::new(std::io::sink()),
+        );
+        let file = std::env::temp_dir().join(format!("tcgkit-api-{}.drcov", std::process::id()));
+        let filename = file.display().to_string();
+        let cov = Arc::new(DrCov::from_args(
+            &args("drcov", &[("filename", &filename)]),
+            host.guest(),
+        )?);
+        host.install("drcov", cov.clone())?;
+        run(&host, &loop_program())?;
+        let written = std::fs::read(&file)?;
+        std::fs::remove_file(&file)?;
+        assert_eq!(written, cov.file_bytes());
+        Ok((cov.covered(), written))
+    };
+    // The entry block (7 instructions up to the branch), the loop (from
+    // its head to the branch), the ecall after it.
+    let (all, bytes) = covered(CODE + 0x20)?;
+    assert_eq!(all, [(0, 0x1c), (8, 0x14), (0x1c, 4)]);
+    let text = String::from_utf8_lossy(&bytes);
+    assert!(
+        text.starts_with(
+            "DRCOV VERSION: 2\nDRCOV FLAVOR: drcov-64\nModule Table: version 2, count 1\n\
+             Columns: id, base, end, entry, path\n0, 0x1000, 0x1020, 0x1000, /guest/loop\n\
+             BB Table: 3 bbs\n"
+        ),
+        "{text}"
+    );
+    let entries = &bytes[bytes.len() - 24..];
+    assert_eq!(&entries[8..16], [8, 0, 0, 0, 0x14, 0, 0, 0]);
+    let (cut, _) = covered(CODE + 0x1c)?;
+    assert_eq!(cut, [(0, 0x1c), (8, 0x14)]);
+    // Without a program there is nothing to cover.
+    let err = DrCov::from_args(&args("drcov", &[]), &GuestInfo::user("riscv64", 1));
+    assert!(
+        err.is_err_and(|e| e.to_string().contains("guest program")),
+        "drcov without a program"
+    );
     Ok(())
 }
 

@@ -4,6 +4,7 @@
 
 pub mod bb;
 pub mod cache;
+pub mod drcov;
 pub mod hotblocks;
 pub mod howvec;
 pub mod insn;
