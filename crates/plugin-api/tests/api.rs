@@ -195,26 +195,27 @@ fn howvec_classifies_executed_instructions() -> TestResult {
     Ok(())
 }
 
+/// Appends 64 loads striding 64 bytes over 4 KiB from DATA (7
+/// instructions: the loop is the last 4).
+fn strided_loads(code: &mut Vec<u32>) {
+    code.extend([
+        lui(A0, (DATA >> 12) as u32),
+        addi(A1, 0, 0),
+        addi(A2, 0, 64),
+        ld(T0, A0, 0),
+        addi(A0, A0, 64),
+        addi(A1, A1, 1),
+        blt(A1, A2, -12),
+    ]);
+}
+
 #[test]
 fn cache_counts_known_misses() -> TestResult {
     // Two passes of 64 loads striding 64 bytes over 4 KiB: the first pass
     // misses on every line, the second hits (the 16 KiB cache holds it all).
-    let pass = |code: &mut Vec<u32>| {
-        code.extend([
-            lui(A0, (DATA >> 12) as u32),
-            addi(A1, 0, 0),
-            addi(A2, 0, 64),
-        ]);
-        code.extend([
-            ld(T0, A0, 0),
-            addi(A0, A0, 64),
-            addi(A1, A1, 1),
-            blt(A1, A2, -12),
-        ]);
-    };
     let mut code = Vec::new();
-    pass(&mut code);
-    pass(&mut code);
+    strided_loads(&mut code);
+    strided_loads(&mut code);
     code.push(ECALL);
     let host = host();
     let sim = Arc::new(CacheSim::from_args(&args("cache", &[]), host.guest())?);
@@ -252,18 +253,9 @@ fn cache_counts_known_misses() -> TestResult {
 /// the two vCPUs' sums.
 #[test]
 fn cache_simulates_each_vcpu_apart() -> TestResult {
-    let mut code = vec![
-        lui(A0, (DATA >> 12) as u32),
-        addi(A1, 0, 0),
-        addi(A2, 0, 64),
-    ];
-    code.extend([
-        ld(T0, A0, 0),
-        addi(A0, A0, 64),
-        addi(A1, A1, 1),
-        blt(A1, A2, -12),
-        ECALL,
-    ]);
+    let mut code = Vec::new();
+    strided_loads(&mut code);
+    code.push(ECALL);
     let host = PluginHost::new(GuestInfo::user("riscv64", 2), Box::new(std::io::sink()));
     let sim = Arc::new(CacheSim::from_args(&args("cache", &[]), host.guest())?);
     host.install("cache", sim.clone())?;
