@@ -32,7 +32,8 @@ pub struct RunArgs {
     #[arg(value_name = "GUEST [ARGS]", required = true, num_args = 1.., allow_hyphen_values = true)]
     command: Vec<OsString>,
     /// Install a bundled plugin, QEMU style: `NAME[,key=value...]`
-    /// (repeatable; e.g. `insn,inline=true`, `mem`, `hotblocks,n=10`).
+    /// (repeatable; e.g. `insn,inline=true`, `mem`, `hotblocks,limit=10`,
+    /// `drcov,filename=cov.drcov`).
     #[arg(long = "plugin", value_name = "NAME[,k=v...]")]
     plugins: Vec<String>,
     /// Send plugin output to FILE instead of stderr.

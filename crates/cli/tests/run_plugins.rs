@@ -150,3 +150,37 @@ fn drcov_writes_the_programs_covered_blocks() {
         "{report}"
     );
 }
+
+/// The plugin specs `tcgkit run --help` gives as examples all run.
+#[test]
+fn the_help_examples_of_plugin_specs_run() {
+    let help = Command::new(env!("CARGO_BIN_EXE_tcgkit"))
+        .args(["run", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8(help.stdout).unwrap();
+    let line = help
+        .lines()
+        .find(|l| l.contains("--plugin <"))
+        .expect("the --plugin option");
+    let examples: Vec<&str> = line
+        .split("e.g.")
+        .nth(1)
+        .expect("examples")
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .collect();
+    assert!(examples.len() >= 3, "{line}");
+    let dir = scratch("help-examples");
+    std::fs::create_dir_all(&dir).unwrap();
+    for spec in examples {
+        let out = Command::new(env!("CARGO_BIN_EXE_tcgkit"))
+            .current_dir(&dir)
+            .args(["run", "--plugin", spec, "--plugin-out", "report.txt"])
+            .arg(guest("float"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{spec}: {out:?}");
+    }
+}
