@@ -215,15 +215,12 @@ impl Scoreboard {
     /// store are two steps.
     #[inline]
     pub fn add(&self, vcpu: u32, slot: usize, value: u64) {
-        // vCPU 0's row starts the board, so its cell is at a fixed offset
-        // from the start: a callback adding to it on every instruction
-        // then updates one address the processor forwards from store to
-        // load without waiting on an index computed from the vCPU
-        // (measured on the `insn` plugin's callback, user time, integer /
-        // malloc / lua: see docs/benchmarks.md, eighth session). Other
-        // vCPUs take the indexed path.
-        // (Chosen as a reference, not an index: with an index, LLVM merges
-        // the two paths back into one indexed access.)
+        // vCPU 0's cell sits at a fixed offset from the board's start.
+        // Reached by reference rather than through an index computed from
+        // the vCPU, a callback's add on every instruction took less time,
+        // though more instructions (the `insn` plugin: docs/benchmarks.md,
+        // eighth session). A reference, because LLVM merges two indexed
+        // paths back into one.
         let cell = if vcpu == 0 {
             self.cells.get(slot).filter(|_| slot < self.slots)
         } else {
