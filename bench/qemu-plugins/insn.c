@@ -4,7 +4,9 @@
  * instruction (`inline=false`). Report: `total insns: N`, the same line the
  * tcgkit `insn` plugin prints, so the harness compares the two directly.
  *
- * The workloads are single-threaded, so one shared counter is exact.
+ * The workloads are single-threaded, so one shared counter is exact. With
+ * `per_vcpu=true` the call counts into the executing vCPU's entry of an
+ * array instead, the work tcgkit's `insn` plugin does (it counts per vCPU).
  */
 #include "common.h"
 
@@ -12,10 +14,31 @@ TCGKIT_DECLARE_PLUGIN_VERSION;
 
 static uint64_t insn_count;
 static int use_inline = 1;
+static int per_vcpu;
+
+/* vCPUs counted apart; the workloads use one. */
+#define MAX_VCPUS 64
+static uint64_t vcpu_counts[MAX_VCPUS];
+
+static void count_vcpu_insn(unsigned int vcpu_index, void *counts)
+{
+    if (vcpu_index < MAX_VCPUS) {
+        ((uint64_t *)counts)[vcpu_index]++;
+    }
+}
 
 static void on_translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 {
     (void)id;
+    if (per_vcpu && !use_inline) {
+        size_t n = qemu_plugin_tb_n_insns(tb);
+        for (size_t i = 0; i < n; i++) {
+            qemu_plugin_register_vcpu_insn_exec_cb(
+                qemu_plugin_tb_get_insn(tb, i), count_vcpu_insn,
+                QEMU_PLUGIN_CB_NO_REGS, vcpu_counts);
+        }
+        return;
+    }
     tcgkit_count_insns(tb, use_inline, &insn_count);
 }
 
@@ -23,7 +46,11 @@ static void report(qemu_plugin_id_t id, void *userdata)
 {
     (void)id;
     (void)userdata;
-    TCGKIT_OUT("total insns: %" PRIu64 "\n", insn_count);
+    uint64_t total = insn_count;
+    for (int i = 0; i < MAX_VCPUS; i++) {
+        total += vcpu_counts[i];
+    }
+    TCGKIT_OUT("total insns: %" PRIu64 "\n", total);
 }
 
 TCGKIT_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id,
@@ -33,6 +60,9 @@ TCGKIT_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id,
     (void)info;
     for (int i = 0; i < argc; i++) {
         int r = tcgkit_bool_arg(argv[i], "inline", &use_inline);
+        if (r == 0) {
+            r = tcgkit_bool_arg(argv[i], "per_vcpu", &per_vcpu);
+        }
         if (r < 0) {
             return -1;
         }

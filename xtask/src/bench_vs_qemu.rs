@@ -41,14 +41,19 @@ enum Config {
     Bare,
     InsnInline,
     InsnCallback,
+    /// The instruction callback with QEMU's side counting per vCPU too,
+    /// as tcgkit's `insn` plugin always does (`InsnCallback` compares it
+    /// with one global counter).
+    InsnCallbackPerVcpu,
     MemCallback,
     BlockCount,
 }
 
-const CONFIGS: [Config; 5] = [
+const CONFIGS: [Config; 6] = [
     Config::Bare,
     Config::InsnInline,
     Config::InsnCallback,
+    Config::InsnCallbackPerVcpu,
     Config::MemCallback,
     Config::BlockCount,
 ];
@@ -59,6 +64,7 @@ impl Config {
             Config::Bare => "bare",
             Config::InsnInline => "insn inline",
             Config::InsnCallback => "insn callback",
+            Config::InsnCallbackPerVcpu => "insn callback per vCPU",
             Config::MemCallback => "mem callback",
             Config::BlockCount => "tb count",
         }
@@ -70,6 +76,7 @@ impl Config {
             Config::Bare => None,
             Config::InsnInline => Some(("insn", ",inline=true")),
             Config::InsnCallback => Some(("insn", ",inline=false")),
+            Config::InsnCallbackPerVcpu => Some(("insn", ",inline=false,per_vcpu=true")),
             Config::MemCallback => Some(("mem", "")),
             Config::BlockCount => Some(("tb", "")),
         }
@@ -80,7 +87,7 @@ impl Config {
         match self {
             Config::Bare => None,
             Config::InsnInline => Some("insn,inline=true"),
-            Config::InsnCallback => Some("insn,inline=false"),
+            Config::InsnCallback | Config::InsnCallbackPerVcpu => Some("insn,inline=false"),
             Config::MemCallback => Some("mem"),
             Config::BlockCount => Some("bb,inline=true"),
         }
@@ -139,7 +146,10 @@ impl Counts {
     fn compared(self, config: Config) -> Vec<Option<u64>> {
         match config {
             Config::Bare => Vec::new(),
-            Config::InsnInline | Config::InsnCallback | Config::BlockCount => vec![self.insns],
+            Config::InsnInline
+            | Config::InsnCallback
+            | Config::InsnCallbackPerVcpu
+            | Config::BlockCount => vec![self.insns],
             Config::MemCallback => vec![self.loads, self.stores],
         }
     }
@@ -148,7 +158,9 @@ impl Counts {
         let n = |v: Option<u64>| v.map_or_else(|| "?".to_owned(), |v| v.to_string());
         match config {
             Config::Bare => String::new(),
-            Config::InsnInline | Config::InsnCallback => n(self.insns),
+            Config::InsnInline | Config::InsnCallback | Config::InsnCallbackPerVcpu => {
+                n(self.insns)
+            }
             Config::MemCallback => format!("{} ld / {} st", n(self.loads), n(self.stores)),
             Config::BlockCount => format!("{} tb / {} insns", n(self.blocks), n(self.insns)),
         }
