@@ -50,6 +50,18 @@ static inline void tcgkit_count_insn(unsigned int vcpu_index, void *counter)
     (*(uint64_t *)counter)++;
 }
 
+/* Calls `cb` with `userdata` before every instruction of `tb` executes. */
+static inline void tcgkit_call_before_insns(struct qemu_plugin_tb *tb,
+                                            qemu_plugin_vcpu_udata_cb_t cb,
+                                            void *userdata)
+{
+    size_t n = qemu_plugin_tb_n_insns(tb);
+    for (size_t i = 0; i < n; i++) {
+        qemu_plugin_register_vcpu_insn_exec_cb(
+            qemu_plugin_tb_get_insn(tb, i), cb, QEMU_PLUGIN_CB_NO_REGS, userdata);
+    }
+}
+
 /*
  * Counts every instruction of `tb` into *counter when it executes: with an
  * inline add emitted into the translated code, or with a call per
@@ -58,16 +70,14 @@ static inline void tcgkit_count_insn(unsigned int vcpu_index, void *counter)
 static inline void tcgkit_count_insns(struct qemu_plugin_tb *tb, int use_inline,
                                       uint64_t *counter)
 {
+    if (!use_inline) {
+        tcgkit_call_before_insns(tb, tcgkit_count_insn, counter);
+        return;
+    }
     size_t n = qemu_plugin_tb_n_insns(tb);
     for (size_t i = 0; i < n; i++) {
-        struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
-        if (use_inline) {
-            qemu_plugin_register_vcpu_insn_exec_inline(
-                insn, QEMU_PLUGIN_INLINE_ADD_U64, counter, 1);
-        } else {
-            qemu_plugin_register_vcpu_insn_exec_cb(
-                insn, tcgkit_count_insn, QEMU_PLUGIN_CB_NO_REGS, counter);
-        }
+        qemu_plugin_register_vcpu_insn_exec_inline(
+            qemu_plugin_tb_get_insn(tb, i), QEMU_PLUGIN_INLINE_ADD_U64, counter, 1);
     }
 }
 

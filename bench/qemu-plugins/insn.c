@@ -31,12 +31,7 @@ static void on_translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 {
     (void)id;
     if (per_vcpu && !use_inline) {
-        size_t n = qemu_plugin_tb_n_insns(tb);
-        for (size_t i = 0; i < n; i++) {
-            qemu_plugin_register_vcpu_insn_exec_cb(
-                qemu_plugin_tb_get_insn(tb, i), count_vcpu_insn,
-                QEMU_PLUGIN_CB_NO_REGS, vcpu_counts);
-        }
+        tcgkit_call_before_insns(tb, count_vcpu_insn, vcpu_counts);
         return;
     }
     tcgkit_count_insns(tb, use_inline, &insn_count);

@@ -59,30 +59,28 @@ impl Cache {
         }
         let too_big = || format!("size {size} is too large for this host");
         let ways = usize::try_from(ways).map_err(|_| too_big())?;
-        let sets_len = usize::try_from(sets).map_err(|_| too_big())?;
-        let lines = sets_len.checked_mul(ways).ok_or_else(too_big)?;
-        Ok(Cache {
-            line_shift: line.trailing_zeros(),
-            set_mask: sets - 1,
+        let sets = usize::try_from(sets).map_err(|_| too_big())?;
+        sets.checked_mul(ways).ok_or_else(too_big)?;
+        Ok(Cache::empty(line.trailing_zeros(), sets, ways))
+    }
+
+    /// An empty cache of `sets` sets (a power of two) of `ways` lines of
+    /// 2^`line_shift` bytes, a geometry [`Cache::new`] accepted.
+    fn empty(line_shift: u32, sets: usize, ways: usize) -> Cache {
+        Cache {
+            line_shift,
+            set_mask: sets as u64 - 1,
             ways,
-            lines: (0..lines).map(|_| AtomicU64::new(0)).collect(),
-            filled: (0..sets_len).map(|_| AtomicU32::new(0)).collect(),
+            lines: (0..sets * ways).map(|_| AtomicU64::new(0)).collect(),
+            filled: (0..sets).map(|_| AtomicU32::new(0)).collect(),
             accesses: AtomicU64::new(0),
             misses: AtomicU64::new(0),
-        })
+        }
     }
 
     /// An empty cache of the same geometry.
     fn empty_copy(&self) -> Cache {
-        Cache {
-            line_shift: self.line_shift,
-            set_mask: self.set_mask,
-            ways: self.ways,
-            lines: self.lines.iter().map(|_| AtomicU64::new(0)).collect(),
-            filled: self.filled.iter().map(|_| AtomicU32::new(0)).collect(),
-            accesses: AtomicU64::new(0),
-            misses: AtomicU64::new(0),
-        }
+        Cache::empty(self.line_shift, self.filled.len(), self.ways)
     }
 
     /// Accesses the line holding `addr`; true on a hit.

@@ -92,7 +92,11 @@ impl DrCov {
 
     /// The drcov file's bytes.
     pub fn file_bytes(&self) -> Vec<u8> {
-        let covered = self.covered();
+        self.file_bytes_of(&self.covered())
+    }
+
+    /// The drcov file's bytes for the `covered` blocks.
+    fn file_bytes_of(&self, covered: &[(u32, u16)]) -> Vec<u8> {
         let p = &self.program;
         let mut header = String::new();
         header.push_str("DRCOV VERSION: 2\nDRCOV FLAVOR: drcov-64\n");
@@ -108,7 +112,7 @@ impl DrCov {
         );
         let _ = writeln!(header, "BB Table: {} bbs", covered.len());
         let mut bytes = header.into_bytes();
-        for (offset, size) in covered {
+        for &(offset, size) in covered {
             bytes.extend_from_slice(&offset.to_le_bytes());
             bytes.extend_from_slice(&size.to_le_bytes());
             // The module id: the program is module 0.
@@ -119,8 +123,9 @@ impl DrCov {
 
     /// Writes the file; returns the line printed at exit.
     fn write_file(&self) -> String {
-        let bytes = self.file_bytes();
-        let blocks = self.covered().len();
+        let covered = self.covered();
+        let bytes = self.file_bytes_of(&covered);
+        let blocks = covered.len();
         let written = std::fs::File::create(&self.file).and_then(|mut f| f.write_all(&bytes));
         match written {
             Ok(()) => format!(
