@@ -9,11 +9,14 @@ use std::process::ExitCode;
 use anyhow::Context;
 use tcgkit_image_core::ImageRegistry;
 use tcgkit_linux_user::{GuestExit, Options, Process, SyscallObserver};
-use tcgkit_plugin_api::{GuestInfo, GuestProgram, PluginHost, PluginLifecycle, SymbolTable};
+use tcgkit_plugin_api::{
+    GuestInfo, GuestProgram, PluginHost, PluginLifecycle, PluginRegistry, SymbolTable,
+};
 use tcgkit_profiler::{
     Event, EventKind, GuestExitStatus, PluginEvent, ProcessExit, Profiler, Syscall, TbFlushed,
     TbRangeInvalidated, TbTranslated, VcpuEvent,
 };
+use tcgkit_riscv::Rv64;
 use tcgkit_tcg_core::EngineEvents;
 
 /// Arguments of `tcgkit run`.
@@ -178,7 +181,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             entry: layout.entry,
         };
         let info = GuestInfo::user("riscv64", 1).with_program(program);
-        let host = match PluginHost::from_specs_for(info, &specs, out) {
+        // Built for the engine's frontend: `insn`'s callback is compiled
+        // into its loop.
+        let registry = PluginRegistry::bundled_for::<Rv64>();
+        let host = match PluginHost::from_specs_for(info, &registry, &specs, out) {
             Ok(host) => host,
             Err(e) => {
                 // A bad --plugin is a bad command line: one line, a hint, 2.

@@ -652,6 +652,27 @@ impl PluginHandle {
         SharedExecCallback::new(guard.as_ref(), access, cb)
     }
 
+    /// [`PluginHandle::shared_exec_callback`] with the engine's loop
+    /// compiled around it for frontend `F` (a
+    /// [`tcgkit_tcg_core::InlinedCallback`]): blocks whose every
+    /// instruction carries this callback and nothing else run in a loop
+    /// that calls it directly, where a shared callback costs an indirect
+    /// call per instruction. For plugins that know the engine's frontend
+    /// (or are built for it, as the `tcgkit` CLI builds the bundled ones):
+    /// on an engine of another frontend, or on blocks carrying more, it is
+    /// an ordinary shared callback.
+    pub fn inlined_exec_callback<F: Frontend>(
+        &self,
+        access: Access,
+        cb: impl Fn(&mut ExecContext<'_, '_>) + Send + Sync + 'static,
+    ) -> SharedExecCallback {
+        let guard = self.register(|_| {}).map(|generation| Guard {
+            slot: Arc::clone(&self.slot),
+            generation,
+        });
+        SharedExecCallback::inlined::<F, _>(guard.as_ref(), access, cb)
+    }
+
     /// Builds a memory callback to attach to many instructions without a
     /// new closure each time (see [`SharedMemCallback`]); like
     /// [`PluginHandle::shared_exec_callback`], it belongs to the current
@@ -858,18 +879,21 @@ impl PluginHost {
     /// run` emulates), with the bundled plugins named by `specs`
     /// (`name,key=value,...`) installed in order.
     pub fn from_specs(specs: &[&str], out: Box<dyn Write + Send>) -> Result<Self, PluginError> {
-        PluginHost::from_specs_for(GuestInfo::user("riscv64", 1), specs, out)
+        let registry = PluginRegistry::bundled();
+        PluginHost::from_specs_for(GuestInfo::user("riscv64", 1), &registry, specs, out)
     }
 
     /// [`PluginHost::from_specs`] for `guest` (e.g. with the program it
-    /// runs, see [`GuestInfo::with_program`]).
+    /// runs, see [`GuestInfo::with_program`]), with the plugins of
+    /// `registry` (e.g. [`PluginRegistry::bundled_for`] the engine's
+    /// frontend).
     pub fn from_specs_for(
         guest: GuestInfo,
+        registry: &PluginRegistry,
         specs: &[&str],
         out: Box<dyn Write + Send>,
     ) -> Result<Self, PluginError> {
         let host = PluginHost::new(guest, out);
-        let registry = PluginRegistry::bundled();
         for spec in specs {
             host.install_spec(&registry, spec)?;
         }

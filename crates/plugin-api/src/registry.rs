@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use tcgkit_tcg_core::Frontend;
+
 use crate::args::{PluginArgs, PluginSpec};
 use crate::host::{GuestInfo, Plugin};
 use crate::{PluginError, plugins};
@@ -24,11 +26,23 @@ impl PluginRegistry {
     /// The plugins bundled with tcgkit: `insn`, `mem`, `bb`, `hotblocks`,
     /// `howvec`, `syscall`, `cache`, `drcov` and `reset`.
     pub fn bundled() -> Self {
+        PluginRegistry::bundled_with(plugins::insn::factory)
+    }
+
+    /// [`PluginRegistry::bundled`] for an engine of frontend `F`: `insn`
+    /// counts through a callback compiled into the engine's loop
+    /// ([`crate::PluginHandle::inlined_exec_callback`]), the cheapest
+    /// instruction callback; the counts are the same.
+    pub fn bundled_for<F: Frontend>() -> Self {
+        PluginRegistry::bundled_with(plugins::insn::factory_for::<F>)
+    }
+
+    fn bundled_with(insn: PluginFactory) -> Self {
         let mut r = PluginRegistry::new();
         r.register(
             "insn",
             "count executed instructions per vCPU (inline=on|off)",
-            plugins::insn::factory,
+            insn,
         );
         r.register(
             "mem",

@@ -7,8 +7,9 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
 use tcgkit_tcg_core::{
-    Action, CallbackContext, Compare, Condition, InlineKind, InlineOp, InsnCallback, InsnInfo,
-    InsnPlan, MemAccessInfo, MemAction, MemCallback, MemFilter, Scoreboard, TbPlan, TbView,
+    Action, CallbackContext, Compare, Condition, Frontend, InlineKind, InlineOp, InlinedCallback,
+    InsnCallback, InsnInfo, InsnPlan, MemAccessInfo, MemAction, MemCallback, MemFilter, Scoreboard,
+    TbPlan, TbView,
 };
 
 use crate::PluginError;
@@ -106,13 +107,26 @@ fn exec_callback<F>(guard: &Guard, access: Access, what: &'static str, f: F) -> 
 where
     F: Fn(&mut ExecContext<'_, '_>) + Send + Sync + 'static,
 {
+    Arc::new(guarded(guard, access, what, f))
+}
+
+/// The plugin's callback `f` inside its panic boundary.
+fn guarded<F>(
+    guard: &Guard,
+    access: Access,
+    what: &'static str,
+    f: F,
+) -> impl Fn(&mut CallbackContext<'_>) + Send + Sync + 'static
+where
+    F: Fn(&mut ExecContext<'_, '_>) + Send + Sync + 'static,
+{
     let guard = guard.clone();
-    Arc::new(move |ctx: &mut CallbackContext<'_>| {
+    move |ctx: &mut CallbackContext<'_>| {
         let mut ec = ExecContext { ctx, access };
         if let Err(payload) = catch_unwind(AssertUnwindSafe(|| f(&mut ec))) {
             panicked(&guard, what, payload, ec.ctx);
         }
-    })
+    }
 }
 
 /// A callback of `guard`'s plugin panicked: the plugin is removed, and the
@@ -164,6 +178,21 @@ impl SharedExecCallback {
     {
         let cb = guard.map(|guard| {
             let cb = exec_callback(guard, access, "shared execution", f);
+            (guard.clone(), cb)
+        });
+        SharedExecCallback { cb }
+    }
+
+    /// [`SharedExecCallback::new`] with the engine's CallEach loop compiled
+    /// around it for frontend `Fe` ([`InlinedCallback`]).
+    pub(crate) fn inlined<Fe, F>(guard: Option<&Guard>, access: Access, f: F) -> Self
+    where
+        Fe: Frontend,
+        F: Fn(&mut ExecContext<'_, '_>) + Send + Sync + 'static,
+    {
+        let cb = guard.map(|guard| {
+            let inner = guarded(guard, access, "shared execution", f);
+            let cb: InsnCallback = Arc::new(InlinedCallback::<Fe, _>::new(inner));
             (guard.clone(), cb)
         });
         SharedExecCallback { cb }

@@ -972,7 +972,7 @@ fn vcpu_events_and_per_vcpu_scoreboards() -> TestResult {
 #[test]
 fn tcg_core_never_runs_retired_callbacks() -> TestResult {
     use tcgkit_tcg_core::{
-        Action, InsnCallback, Instrumentation, MemAction, MemCallback, TbPlan, TbView,
+        Action, CallbackContext, InsnCallback, Instrumentation, MemAction, MemCallback, TbPlan, TbView,
     };
 
     #[derive(Default)]
@@ -996,7 +996,7 @@ fn tcg_core_never_runs_retired_callbacks() -> TestResult {
                     self.insns.clone(),
                     self.flush_requested_at.clone(),
                 );
-                let on_insn: InsnCallback = Arc::new(move |ctx| {
+                let on_insn: InsnCallback = Arc::new(move |ctx: &mut CallbackContext<'_>| {
                     if e.load(Relaxed) != epoch {
                         stale.fetch_add(1, Relaxed);
                     }

@@ -12,7 +12,7 @@ use std::sync::{Arc, LazyLock};
 use hashbrown::HashMap;
 
 use crate::instrument::{
-    Compare, InlineKind, InsnCallback, MAX_PLAN_ACTIONS, MemCallback, MemFilter, PlanData,
+    CallbackContext, Compare, InlineKind, InsnCallback, MAX_PLAN_ACTIONS, MemCallback, MemFilter, PlanData,
     PlanTables, Scoreboard,
 };
 
@@ -233,7 +233,7 @@ pub(crate) struct CompiledMem {
 
 /// Stands in for a callback no plan names any more, until its slot is
 /// reused: never called (no action names the slot).
-static NOOP_CALLBACK: LazyLock<InsnCallback> = LazyLock::new(|| Arc::new(|_| {}));
+static NOOP_CALLBACK: LazyLock<InsnCallback> = LazyLock::new(|| Arc::new(|_: &mut CallbackContext<'_>| {}));
 static NOOP_MEM_CALLBACK: LazyLock<MemCallback> = LazyLock::new(|| Arc::new(|_, _| {}));
 
 /// Use counts of a generation's callback slots, with the free ones.

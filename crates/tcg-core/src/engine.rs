@@ -21,6 +21,7 @@
 //! run while a block (and its callback lists) is in use: flushes requested
 //! during a block are deferred to the next block boundary.
 
+use std::any::Any;
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
@@ -32,7 +33,7 @@ use crate::cache::{
 };
 use crate::frontend::{CpuExit, DecodeError, Flow, Frontend, MemAccess, sign_extend};
 use crate::instrument::{
-    CallbackContext, InlineKind, InsnInfo, Instrumentation, MemAccessInfo, MemCallback, MemFilter,
+    CallbackContext, CallbackFn, InlineKind, InsnInfo, Instrumentation, MemAccessInfo, MemCallback, MemFilter,
     NoRegisters, Registers, Requests, Scoreboard, TbPlan, TbView,
 };
 use crate::memory::{GuestMemory, MemFault, PAGE_SIZE};
@@ -1632,15 +1633,36 @@ impl<F: Frontend> Engine<F> {
         // cannot be resolved (never, by construction) takes the general
         // loop.
         if let Some(first_cb) = Self::call_each_callback(generation, tb) {
-            let call = |(_, cb): (u32, &InsnCallbackFn), ctx: &mut CallbackContext<'_>| cb(ctx);
+            // A callback built with the loop compiled in for this frontend
+            // runs its blocks there.
+            if let Some(inlined) = Self::inlined(first_cb.1) {
+                let (slot, cpu, mem) = (first_cb.0, cpu, mem);
+                let args = RunArgs {
+                    generation,
+                    signals,
+                    vcpu,
+                    id,
+                    slot,
+                    tb,
+                    cpu,
+                    mem,
+                };
+                return (inlined.run)(args);
+            }
+            let call = |(_, cb): (u32, &InsnCallbackFn), ctx: &mut CallbackContext<'_>| cb.call(ctx);
             // Blocks of a run mostly share the callback: it is looked up
-            // again only when it changes.
+            // again only when it changes (and the run ends before a block
+            // whose callback has a loop of its own).
             let calls_of = |next_tb: &TbHeader, (slot, cb): (u32, &'g InsnCallbackFn)| {
                 let next_slot = Self::call_each_slot(generation, next_tb)?;
                 if next_slot == slot {
                     return Some((slot, cb));
                 }
-                Some((next_slot, Self::callback_in_slot(generation, next_slot)?))
+                let next_cb = Self::callback_in_slot(generation, next_slot)?;
+                match Self::inlined(next_cb) {
+                    Some(_) => None,
+                    None => Some((next_slot, next_cb)),
+                }
             };
             let calls = (first_cb, call, calls_of);
             Self::exec_call_each(generation, signals, vcpu, id, tb, calls, cpu, mem)
@@ -2019,7 +2041,7 @@ impl<F: Frontend> Engine<F> {
             for action in list {
                 if let CompiledAction::Call { cb } = *action {
                     if let Some(cb) = generation.callbacks.get(cb as usize) {
-                        cb(ctx);
+                        cb.call(ctx);
                     }
                 }
             }
@@ -2208,6 +2230,38 @@ impl<F: Frontend> Engine<F> {
         Some(&**generation.callbacks.get(slot as usize)?)
     }
 
+    /// The loop `cb` was compiled into for this frontend, if it was (an
+    /// [`InlinedCallback`] of this `F`).
+    #[inline(always)]
+    fn inlined(cb: &InsnCallbackFn) -> Option<&InlinedLoop<F>> {
+        cb.inlined_loop()?.downcast_ref::<InlinedLoop<F>>()
+    }
+
+    /// The CallEach loop with `callback` compiled in: an
+    /// [`InlinedCallback`]'s, run for a block whose one callback is that
+    /// one (in `slot`), and on into the blocks calling the same one.
+    #[inline(never)]
+    fn exec_inlined<C>(args: RunArgs<'_, '_, F>, callback: &C) -> RunEnd
+    where
+        C: Fn(&mut CallbackContext<'_>),
+    {
+        let RunArgs {
+            generation,
+            signals,
+            vcpu,
+            id,
+            slot,
+            tb,
+            cpu,
+            mem,
+        } = args;
+        let call = |_: u32, ctx: &mut CallbackContext<'_>| callback(ctx);
+        let calls_of = |next_tb: &TbHeader, slot: u32| {
+            (Self::call_each_slot(generation, next_tb)? == slot).then_some(slot)
+        };
+        Self::exec_call_each(generation, signals, vcpu, id, tb, (slot, call, calls_of), cpu, mem)
+    }
+
     /// The memory actions every memory-accessing instruction of a
     /// [`ExecMode::MemEach`] block runs (`None` for other blocks).
     #[inline(always)]
@@ -2316,7 +2370,105 @@ fn count(n: usize) -> u32 {
 }
 
 /// An instruction callback behind its `Arc`.
-type InsnCallbackFn = dyn Fn(&mut CallbackContext<'_>) + Send + Sync;
+type InsnCallbackFn = dyn CallbackFn;
+
+/// An instruction callback with the engine's loop for blocks that call it
+/// before every instruction compiled around it, for frontend `F`: the
+/// loop calls it directly, as it executes the frontend's ops, where a
+/// plain [`InsnCallback`] costs an indirect call per instruction. Anywhere
+/// else (other shapes of block, an engine of another frontend) it is an
+/// ordinary callback.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// # use tcgkit_tcg_core::{CpuExit, DecodeError, Decoded, Flow, Frontend, GuestMemory, MemAccess};
+/// use tcgkit_tcg_core::{CallbackContext, InlinedCallback, InsnCallback};
+/// # struct Toy;
+/// # impl Frontend for Toy {
+/// #     type Cpu = u64;
+/// #     type Op = ();
+/// #     fn pc(cpu: &u64) -> u64 { *cpu }
+/// #     fn set_pc(cpu: &mut u64, pc: u64) { *cpu = pc }
+/// #     fn decode(&self, _: &mut GuestMemory, _: u64) -> Result<Decoded<()>, DecodeError> {
+/// #         unimplemented!()
+/// #     }
+/// #     fn execute<M: MemAccess>(_: &mut u64, _: &(), _: u64, _: &mut M) -> Flow { Flow::Next }
+/// #     fn disassemble(&self, _: &[u8], _: u64) -> String { String::new() }
+/// #     fn read_register(_: &u64, _: &str) -> Option<u64> { None }
+/// #     fn register_names(&self) -> &'static [&'static str] { &[] }
+/// # }
+///
+/// let count = Arc::new(AtomicU64::new(0));
+/// let counter = Arc::clone(&count);
+/// // For an engine of the `Toy` frontend.
+/// let cb: InsnCallback = Arc::new(InlinedCallback::<Toy, _>::new(
+///     move |_: &mut CallbackContext<'_>| {
+///         counter.fetch_add(1, Ordering::Relaxed);
+///     },
+/// ));
+/// # let _ = cb;
+/// ```
+pub struct InlinedCallback<F: Frontend, C> {
+    callback: Arc<C>,
+    inlined: InlinedLoop<F>,
+}
+
+impl<F: Frontend, C> InlinedCallback<F, C>
+where
+    C: Fn(&mut CallbackContext<'_>) + Send + Sync + 'static,
+{
+    /// `callback`, with the loop compiled for it.
+    pub fn new(callback: C) -> Self {
+        let callback = Arc::new(callback);
+        let inner = Arc::clone(&callback);
+        let run = Box::new(move |args: RunArgs<'_, '_, F>| Engine::<F>::exec_inlined(args, &*inner));
+        InlinedCallback {
+            callback,
+            inlined: InlinedLoop { run },
+        }
+    }
+}
+
+impl<F: Frontend, C> CallbackFn for InlinedCallback<F, C>
+where
+    C: Fn(&mut CallbackContext<'_>) + Send + Sync + 'static,
+{
+    #[inline(always)]
+    fn call(&self, ctx: &mut CallbackContext<'_>) {
+        (self.callback)(ctx)
+    }
+
+    fn inlined_loop(&self) -> Option<&(dyn Any + Send + Sync)> {
+        Some(&self.inlined)
+    }
+}
+
+impl<F: Frontend, C> fmt::Debug for InlinedCallback<F, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("InlinedCallback")
+    }
+}
+
+/// An [`InlinedCallback`]'s loop without the callback's type, so that
+/// the engine can find it behind [`CallbackFn::inlined_loop`].
+struct InlinedLoop<F: Frontend> {
+    #[allow(clippy::type_complexity)]
+    run: Box<dyn for<'g, 'r> Fn(RunArgs<'g, 'r, F>) -> RunEnd + Send + Sync>,
+}
+
+/// What [`Engine::exec_hooked`] hands an [`InlinedLoop`].
+struct RunArgs<'g, 'r, F: Frontend> {
+    generation: &'g Generation<F::Op>,
+    signals: &'r Signals,
+    vcpu: u32,
+    id: u32,
+    /// The callback's slot in the generation's table.
+    slot: u32,
+    tb: &'g TbHeader,
+    cpu: &'r mut F::Cpu,
+    mem: &'r mut GuestMemory,
+}
 
 /// Runs an instruction or block-entry callback. Inlined into the
 /// instrumented loop: out of line, LLVM passed the callback's fat pointer
@@ -2337,7 +2489,7 @@ fn call<F: Frontend>(
         requests: Requests::default(),
         registers: CpuRegisters::<F>(cpu),
     };
-    cb(&mut ctx);
+    cb.call(&mut ctx);
     requests.merge(ctx.requests);
 }
 

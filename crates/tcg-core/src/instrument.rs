@@ -31,8 +31,33 @@ use smallvec::SmallVec;
 use crate::cache::{CompiledAction, CompiledMem, CompiledMemKind};
 use crate::memory::{GuestMemory, MemFault};
 
-/// A callback run on block entry or before an instruction executes.
-pub type InsnCallback = Arc<dyn Fn(&mut CallbackContext<'_>) + Send + Sync>;
+/// A callback run on block entry or before an instruction executes: any
+/// `Fn(&mut CallbackContext)` closure, or an [`crate::InlinedCallback`].
+pub type InsnCallback = Arc<dyn CallbackFn>;
+
+/// What an [`InsnCallback`] is: something called with the context.
+/// Every `Fn(&mut CallbackContext) + Send + Sync` is one.
+pub trait CallbackFn: Send + Sync {
+    /// Runs the callback.
+    fn call(&self, ctx: &mut CallbackContext<'_>);
+    /// The engine's loop with this callback compiled in, for blocks that
+    /// call it before every instruction: an [`crate::InlinedCallback`]
+    /// offers one, which the engine takes if it was built for its
+    /// frontend. `None` (the default): the loop calls [`CallbackFn::call`].
+    fn inlined_loop(&self) -> Option<&(dyn Any + Send + Sync)> {
+        None
+    }
+}
+
+impl<T> CallbackFn for T
+where
+    T: Fn(&mut CallbackContext<'_>) + Send + Sync,
+{
+    #[inline(always)]
+    fn call(&self, ctx: &mut CallbackContext<'_>) {
+        self(ctx)
+    }
+}
 
 /// A callback run after each matching memory access of an instruction.
 pub type MemCallback = Arc<dyn Fn(&mut CallbackContext<'_>, &MemAccessInfo) + Send + Sync>;

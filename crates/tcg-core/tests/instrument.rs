@@ -1954,7 +1954,7 @@ fn run_insn_and_mem_callbacks(
                 // per-instruction userdata): the same calls, but no
                 // callback is shared by every instruction.
                 let shared = insn_cb.clone();
-                let own: InsnCallback = Arc::new(move |ctx: &mut CallbackContext<'_>| shared(ctx));
+                let own: InsnCallback = Arc::new(move |ctx: &mut CallbackContext<'_>| shared.call(ctx));
                 insn.on_execute(Action::Callback(&own));
             } else {
                 insn.on_execute(Action::Callback(&insn_cb));

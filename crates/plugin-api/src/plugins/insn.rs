@@ -5,15 +5,21 @@
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use tcgkit_tcg_core::{InlineKind, Scoreboard};
+use tcgkit_tcg_core::{Frontend, InlineKind, Scoreboard};
 
-use crate::{Access, GuestInfo, Plugin, PluginArgs, PluginError, PluginHandle};
+use crate::{
+    Access, GuestInfo, Plugin, PluginArgs, PluginError, PluginHandle, SharedExecCallback,
+};
 
 /// The `insn` plugin.
 #[derive(Debug)]
 pub struct InsnCount {
     inline: bool,
     board: Arc<Scoreboard>,
+    /// Builds the counting callback: a shared one, or one compiled into
+    /// the loop of an engine of a known frontend
+    /// ([`InsnCount::inlined_for`]).
+    counter: fn(&PluginHandle, Arc<Scoreboard>) -> SharedExecCallback,
 }
 
 pub(crate) fn factory(
@@ -23,6 +29,28 @@ pub(crate) fn factory(
     Ok(Arc::new(InsnCount::from_args(args, guest)?))
 }
 
+/// [`factory`] for an engine of frontend `F`.
+pub(crate) fn factory_for<F: Frontend>(
+    args: &PluginArgs,
+    guest: &GuestInfo,
+) -> Result<Arc<dyn Plugin>, PluginError> {
+    Ok(Arc::new(InsnCount::from_args(args, guest)?.inlined_for::<F>()))
+}
+
+/// QEMU's plugin registers one function for all instructions; so does
+/// this (the board, not a `ScoreboardEntry`: counting through an entry
+/// took 4 host instructions fewer per call but measured slower, 4 `insn`
+/// plugins: 23.3 -> 25.1 ns added per insn on integer, 26.4 -> 27.1 on
+/// malloc).
+fn shared_counter(handle: &PluginHandle, board: Arc<Scoreboard>) -> SharedExecCallback {
+    handle.shared_exec_callback(Access::NONE, move |ctx| board.add(ctx.vcpu(), 0, 1))
+}
+
+/// [`shared_counter`] compiled into the loop of an engine of frontend `F`.
+fn inlined_counter<F: Frontend>(handle: &PluginHandle, board: Arc<Scoreboard>) -> SharedExecCallback {
+    handle.inlined_exec_callback::<F>(Access::NONE, move |ctx| board.add(ctx.vcpu(), 0, 1))
+}
+
 impl InsnCount {
     /// Builds it from `inline=on|off` (default off).
     pub fn from_args(args: &PluginArgs, guest: &GuestInfo) -> Result<Self, PluginError> {
@@ -30,7 +58,18 @@ impl InsnCount {
         Ok(InsnCount {
             inline: args.bool("inline", false)?,
             board: super::board(1, guest.vcpus),
+            counter: shared_counter,
         })
+    }
+
+    /// Counts, when not inline, through a callback compiled into the
+    /// loop of an engine of frontend `F`
+    /// ([`PluginHandle::inlined_exec_callback`]): what
+    /// [`crate::PluginRegistry::bundled_for`] builds. The counts are the
+    /// same on any engine.
+    pub fn inlined_for<F: Frontend>(mut self) -> Self {
+        self.counter = inlined_counter::<F>;
+        self
     }
 
     /// Instructions executed by `vcpu`.
@@ -57,15 +96,8 @@ impl InsnCount {
 impl Plugin for InsnCount {
     fn install(self: Arc<Self>, handle: &PluginHandle) -> Result<(), PluginError> {
         let me = Arc::clone(&self);
-        // One callback for every instruction, built once (QEMU's plugin
-        // registers one function for all of them too).
-        // The board, not a `ScoreboardEntry`: counting through an entry
-        // took 4 host instructions fewer per call but measured slower (4
-        // `insn` plugins: 23.3 -> 25.1 ns added per insn on integer, 26.4
-        // -> 27.1 on malloc).
-        let board = Arc::clone(&self.board);
-        let count =
-            handle.shared_exec_callback(Access::NONE, move |ctx| board.add(ctx.vcpu(), 0, 1));
+        // One callback for every instruction, built once.
+        let count = (self.counter)(handle, Arc::clone(&self.board));
         handle.on_tb_trans(move |tb| {
             for mut insn in tb.insns() {
                 if me.inline {
