@@ -895,7 +895,7 @@ impl PluginHost {
     ) -> Result<Self, PluginError> {
         let host = PluginHost::new(guest, out);
         for spec in specs {
-            host.install_spec(&registry, spec)?;
+            host.install_spec(registry, spec)?;
         }
         Ok(host)
     }

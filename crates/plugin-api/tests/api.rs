@@ -109,6 +109,46 @@ fn insn_counts_equal_the_engine_inline_and_by_callback() -> TestResult {
     Ok(())
 }
 
+/// `insn` built for the engine's frontend counts through a callback the
+/// engine compiles into its loop: the same count, alone on every block
+/// (the loop it takes) or by name from the registry built for the
+/// frontend, and beside another plugin's callback.
+#[test]
+fn insn_counts_through_a_callback_inlined_for_the_frontend() -> TestResult {
+    let host = host();
+    let inlined =
+        Arc::new(InsnCount::from_args(&args("insn", &[]), host.guest())?.inlined_for::<Rv64>());
+    host.install("insn", inlined.clone())?;
+    let engine = run(&host, &loop_program())?;
+    assert_eq!(engine.stats().insns_executed, 53);
+    assert_eq!((inlined.total(), inlined.vcpu_count(0)), (53, 53));
+
+    let registry = PluginRegistry::bundled_for::<Rv64>();
+    for specs in [
+        &["insn"][..],
+        &["insn", "mem"],
+        &["insn", "insn,inline=off"],
+    ] {
+        let out = Shared::default();
+        let guest = GuestInfo::user("riscv64", 1);
+        let host = PluginHost::from_specs_for(guest, &registry, specs, Box::new(out.clone()))?;
+        run(&host, &loop_program())?;
+        let text = out.text();
+        let counts = text.matches("total insns: 53\n").count();
+        assert_eq!(
+            counts,
+            specs.len() - usize::from(specs.contains(&"mem")),
+            "{text}"
+        );
+        assert_eq!(
+            text.contains("loads: 20\n"),
+            specs.contains(&"mem"),
+            "{text}"
+        );
+    }
+    Ok(())
+}
+
 #[test]
 fn mem_counts_the_known_loads_and_stores() -> TestResult {
     for (pairs, loads, stores) in [
@@ -972,7 +1012,8 @@ fn vcpu_events_and_per_vcpu_scoreboards() -> TestResult {
 #[test]
 fn tcg_core_never_runs_retired_callbacks() -> TestResult {
     use tcgkit_tcg_core::{
-        Action, CallbackContext, InsnCallback, Instrumentation, MemAction, MemCallback, TbPlan, TbView,
+        Action, CallbackContext, InsnCallback, Instrumentation, MemAction, MemCallback, TbPlan,
+        TbView,
     };
 
     #[derive(Default)]

@@ -12,8 +12,8 @@ use std::sync::{Arc, LazyLock};
 use hashbrown::HashMap;
 
 use crate::instrument::{
-    CallbackContext, Compare, InlineKind, InsnCallback, MAX_PLAN_ACTIONS, MemCallback, MemFilter, PlanData,
-    PlanTables, Scoreboard,
+    CallbackContext, Compare, InlineKind, InsnCallback, MAX_PLAN_ACTIONS, MemCallback, MemFilter,
+    PlanData, PlanTables, Scoreboard,
 };
 
 /// Marks "no entry" in `u32` links.
@@ -233,7 +233,8 @@ pub(crate) struct CompiledMem {
 
 /// Stands in for a callback no plan names any more, until its slot is
 /// reused: never called (no action names the slot).
-static NOOP_CALLBACK: LazyLock<InsnCallback> = LazyLock::new(|| Arc::new(|_: &mut CallbackContext<'_>| {}));
+static NOOP_CALLBACK: LazyLock<InsnCallback> =
+    LazyLock::new(|| Arc::new(|_: &mut CallbackContext<'_>| {}));
 static NOOP_MEM_CALLBACK: LazyLock<MemCallback> = LazyLock::new(|| Arc::new(|_, _| {}));
 
 /// Use counts of a generation's callback slots, with the free ones.

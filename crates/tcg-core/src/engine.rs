@@ -33,8 +33,8 @@ use crate::cache::{
 };
 use crate::frontend::{CpuExit, DecodeError, Flow, Frontend, MemAccess, sign_extend};
 use crate::instrument::{
-    CallbackContext, CallbackFn, InlineKind, InsnInfo, Instrumentation, MemAccessInfo, MemCallback, MemFilter,
-    NoRegisters, Registers, Requests, Scoreboard, TbPlan, TbView,
+    CallbackContext, CallbackFn, InlineKind, InsnInfo, Instrumentation, MemAccessInfo, MemCallback,
+    MemFilter, NoRegisters, Registers, Requests, Scoreboard, TbPlan, TbView,
 };
 use crate::memory::{GuestMemory, MemFault, PAGE_SIZE};
 
@@ -1649,7 +1649,8 @@ impl<F: Frontend> Engine<F> {
                 };
                 return (inlined.run)(args);
             }
-            let call = |(_, cb): (u32, &InsnCallbackFn), ctx: &mut CallbackContext<'_>| cb.call(ctx);
+            let call =
+                |(_, cb): (u32, &InsnCallbackFn), ctx: &mut CallbackContext<'_>| cb.call(ctx);
             // Blocks of a run mostly share the callback: it is looked up
             // again only when it changes (and the run ends before a block
             // whose callback has a loop of its own).
@@ -2259,7 +2260,16 @@ impl<F: Frontend> Engine<F> {
         let calls_of = |next_tb: &TbHeader, slot: u32| {
             (Self::call_each_slot(generation, next_tb)? == slot).then_some(slot)
         };
-        Self::exec_call_each(generation, signals, vcpu, id, tb, (slot, call, calls_of), cpu, mem)
+        Self::exec_call_each(
+            generation,
+            signals,
+            vcpu,
+            id,
+            tb,
+            (slot, call, calls_of),
+            cpu,
+            mem,
+        )
     }
 
     /// The memory actions every memory-accessing instruction of a
@@ -2422,7 +2432,8 @@ where
     pub fn new(callback: C) -> Self {
         let callback = Arc::new(callback);
         let inner = Arc::clone(&callback);
-        let run = Box::new(move |args: RunArgs<'_, '_, F>| Engine::<F>::exec_inlined(args, &*inner));
+        let run =
+            Box::new(move |args: RunArgs<'_, '_, F>| Engine::<F>::exec_inlined(args, &*inner));
         InlinedCallback {
             callback,
             inlined: InlinedLoop { run },

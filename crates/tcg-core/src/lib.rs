@@ -110,11 +110,13 @@ pub mod frontend;
 pub mod instrument;
 pub mod memory;
 
-pub use engine::{Engine, EngineEvents, EngineStats, ExitHandle, FlushHandle, InlinedCallback, Vcpu};
+pub use engine::{
+    Engine, EngineEvents, EngineStats, ExitHandle, FlushHandle, InlinedCallback, Vcpu,
+};
 pub use frontend::{CpuExit, DecodeError, Decoded, Flow, Frontend, MemAccess, sign_extend};
 pub use instrument::{
-    Action, CallbackContext, Compare, Condition, InlineKind, InlineOp, InsnCallback, InsnInfo,
-    CallbackFn, InsnPlan, Instrumentation, MemAccessInfo, MemAction, MemCallback, MemFilter, Registers,
-    Scoreboard, ScoreboardEntry, TbPlan, TbView,
+    Action, CallbackContext, CallbackFn, Compare, Condition, InlineKind, InlineOp, InsnCallback,
+    InsnInfo, InsnPlan, Instrumentation, MemAccessInfo, MemAction, MemCallback, MemFilter,
+    Registers, Scoreboard, ScoreboardEntry, TbPlan, TbView,
 };
 pub use memory::{AccessKind, GuestMemory, MemError, MemFault, MemFaultKind, PAGE_SIZE, Perms};

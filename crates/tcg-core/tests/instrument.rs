@@ -810,6 +810,138 @@ fn run_three_block_loop(
     (exits, cpu, engine.stats())
 }
 
+/// An [`InlinedCallback`] runs its blocks in the loop compiled around
+/// it: the same calls, pcs and counts as a plain callback, alone, beside
+/// blocks carrying another callback (the run ends there and goes on in the
+/// plain loop) and when it asks for an exit deep in a run; one built for
+/// another frontend is an ordinary callback.
+#[test]
+fn inlined_callbacks_run_as_plain_ones() {
+    let (_, plain_cpu, plain) = run_three_block_loop(|_| {});
+
+    // Alone: every block is a CallEach block with the inlined callback.
+    let (calls, pcs) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let (c, p) = (calls.clone(), pcs.clone());
+    let cb: InsnCallback = Arc::new(InlinedCallback::<Toy, _>::new(
+        move |ctx: &mut CallbackContext<'_>| {
+            c.fetch_add(1, Relaxed);
+            p.fetch_add(ctx.pc() - CODE, Relaxed);
+        },
+    ));
+    let (exits, cpu, stats) = run_three_block_loop(move |insn| {
+        insn.on_execute(Action::Callback(&cb));
+    });
+    assert_eq!(exits, [CpuExit::Syscall]);
+    assert_eq!(cpu, plain_cpu);
+    assert_eq!(calls.load(Relaxed), plain.insns_executed);
+    assert_eq!(stats.insns_executed, plain.insns_executed);
+    // The same pcs as a plain callback sees.
+    let plain_pcs = Arc::new(AtomicU64::new(0));
+    let p = plain_pcs.clone();
+    let plain_cb: InsnCallback = Arc::new(move |ctx: &mut CallbackContext<'_>| {
+        p.fetch_add(ctx.pc() - CODE, Relaxed);
+    });
+    run_three_block_loop(move |insn| insn.on_execute(Action::Callback(&plain_cb)));
+    assert_eq!(pcs.load(Relaxed), plain_pcs.load(Relaxed));
+
+    // Beside blocks carrying a plain callback: each counts its own.
+    let (inlined_calls, other_calls) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let c = inlined_calls.clone();
+    let inlined: InsnCallback = Arc::new(InlinedCallback::<Toy, _>::new(
+        move |_: &mut CallbackContext<'_>| {
+            c.fetch_add(1, Relaxed);
+        },
+    ));
+    let other = counter_cb(&other_calls);
+    let (mut engine, mut mem, mut cpu) = three_block_machine(move |tb, plan| {
+        // The loop's middle block (three instructions) takes the plain one.
+        let cb = if tb.pc() == CODE + 0x38 {
+            &other
+        } else {
+            &inlined
+        };
+        for insn in plan.insns() {
+            insn.on_execute(Action::Callback(cb));
+        }
+    });
+    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
+    assert_eq!(cpu, plain_cpu);
+    assert_eq!(
+        inlined_calls.load(Relaxed) + other_calls.load(Relaxed),
+        plain.insns_executed
+    );
+    assert_eq!(other_calls.load(Relaxed), 3 * 1000);
+
+    // An exit asked for by the 61st call at the jump out of the first
+    // block stops the run right after that jump.
+    let (calls, jumps) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let (c, j) = (calls.clone(), jumps.clone());
+    let exit_once: InsnCallback = Arc::new(InlinedCallback::<Toy, _>::new(
+        move |ctx: &mut CallbackContext<'_>| {
+            c.fetch_add(1, Relaxed);
+            if ctx.pc() == CODE + 0x34 && j.fetch_add(1, Relaxed) == 60 {
+                ctx.request_exit();
+            }
+        },
+    ));
+    let (mut engine, mut mem, mut cpu) = three_block_machine(move |_tb, plan| {
+        for insn in plan.insns() {
+            insn.on_execute(Action::Callback(&exit_once));
+        }
+    });
+    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::ExitRequested);
+    assert_eq!(
+        cpu.pc,
+        CODE + 0x38,
+        "the jump whose callback asked completed"
+    );
+    assert_eq!(engine.stats().insns_executed, 11 + 8 * 60 + 3);
+    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
+    assert_eq!(cpu, plain_cpu);
+    assert_eq!(calls.load(Relaxed), plain.insns_executed);
+
+    // Built for another frontend: called through the plain loop, the same.
+    let calls = Arc::new(AtomicU64::new(0));
+    let c = calls.clone();
+    let elsewhere: InsnCallback = Arc::new(InlinedCallback::<Elsewhere, _>::new(
+        move |_: &mut CallbackContext<'_>| {
+            c.fetch_add(1, Relaxed);
+        },
+    ));
+    let (_, cpu, _) = run_three_block_loop(move |insn| {
+        insn.on_execute(Action::Callback(&elsewhere));
+    });
+    assert_eq!(cpu, plain_cpu);
+    assert_eq!(calls.load(Relaxed), plain.insns_executed);
+}
+
+/// A frontend no engine here runs.
+struct Elsewhere;
+
+impl Frontend for Elsewhere {
+    type Cpu = ();
+    type Op = ();
+    fn pc(_: &()) -> u64 {
+        0
+    }
+    fn set_pc(_: &mut (), _: u64) {}
+    fn decode(&self, _: &mut GuestMemory, pc: u64) -> Result<Decoded<()>, DecodeError> {
+        Err(DecodeError::Illegal { pc, raw: 0 })
+    }
+    fn execute<M: MemAccess>(_: &mut (), _: &(), _: u64, _: &mut M) -> Flow {
+        Flow::Next
+    }
+    fn disassemble(&self, _: &[u8], _: u64) -> String {
+        String::new()
+    }
+    fn read_register(_: &(), _: &str) -> Option<u64> {
+        None
+    }
+    fn register_names(&self) -> &'static [&'static str] {
+        &[]
+    }
+}
+
 /// Blocks with one callback on every instruction, one memory action on
 /// every access, or a block-entry callback run several in a row out of the
 /// vCPU loop: the engine still counts every block and instruction, every
@@ -1954,7 +2086,8 @@ fn run_insn_and_mem_callbacks(
                 // per-instruction userdata): the same calls, but no
                 // callback is shared by every instruction.
                 let shared = insn_cb.clone();
-                let own: InsnCallback = Arc::new(move |ctx: &mut CallbackContext<'_>| shared.call(ctx));
+                let own: InsnCallback =
+                    Arc::new(move |ctx: &mut CallbackContext<'_>| shared.call(ctx));
                 insn.on_execute(Action::Callback(&own));
             } else {
                 insn.on_execute(Action::Callback(&insn_cb));

@@ -7,9 +7,7 @@ use std::sync::Arc;
 
 use tcgkit_tcg_core::{Frontend, InlineKind, Scoreboard};
 
-use crate::{
-    Access, GuestInfo, Plugin, PluginArgs, PluginError, PluginHandle, SharedExecCallback,
-};
+use crate::{Access, GuestInfo, Plugin, PluginArgs, PluginError, PluginHandle, SharedExecCallback};
 
 /// The `insn` plugin.
 #[derive(Debug)]
@@ -34,7 +32,9 @@ pub(crate) fn factory_for<F: Frontend>(
     args: &PluginArgs,
     guest: &GuestInfo,
 ) -> Result<Arc<dyn Plugin>, PluginError> {
-    Ok(Arc::new(InsnCount::from_args(args, guest)?.inlined_for::<F>()))
+    Ok(Arc::new(
+        InsnCount::from_args(args, guest)?.inlined_for::<F>(),
+    ))
 }
 
 /// QEMU's plugin registers one function for all instructions; so does
@@ -47,7 +47,10 @@ fn shared_counter(handle: &PluginHandle, board: Arc<Scoreboard>) -> SharedExecCa
 }
 
 /// [`shared_counter`] compiled into the loop of an engine of frontend `F`.
-fn inlined_counter<F: Frontend>(handle: &PluginHandle, board: Arc<Scoreboard>) -> SharedExecCallback {
+fn inlined_counter<F: Frontend>(
+    handle: &PluginHandle,
+    board: Arc<Scoreboard>,
+) -> SharedExecCallback {
     handle.inlined_exec_callback::<F>(Access::NONE, move |ctx| board.add(ctx.vcpu(), 0, 1))
 }
 
