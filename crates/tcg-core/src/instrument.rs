@@ -162,7 +162,8 @@ impl TbView<'_> {
 pub struct Scoreboard {
     slots: usize,
     vcpus: usize,
-    cells: Box<[AtomicU64]>,
+    /// Shared with the board's entries, which reach their cells directly.
+    cells: Arc<[AtomicU64]>,
 }
 
 impl fmt::Debug for Scoreboard {
@@ -277,6 +278,8 @@ impl Scoreboard {
     pub fn entry(self: &Arc<Self>, slot: usize) -> Option<ScoreboardEntry> {
         (slot < self.slots).then(|| ScoreboardEntry {
             board: Arc::clone(self),
+            cells: Arc::clone(&self.cells),
+            stride: self.slots as u64,
             slot,
         })
     }
@@ -327,26 +330,47 @@ fn add_to(cell: &AtomicU64, value: u64) {
 #[derive(Clone, Debug)]
 pub struct ScoreboardEntry {
     board: Arc<Scoreboard>,
+    /// The board's cells and row length, held here too: a callback that
+    /// captures the entry finds its cell from what it holds, without a
+    /// load through the board (in a loop compiled around the callback,
+    /// [`crate::InlinedCallback`], the cell's address is then computed
+    /// once per run rather than once per call).
+    cells: Arc<[AtomicU64]>,
+    stride: u64,
     /// Inside the row: checked by [`Scoreboard::entry`].
     slot: usize,
 }
 
 impl ScoreboardEntry {
+    /// `vcpu`'s cell. The slot is inside the row, so the index is in range
+    /// exactly when `vcpu` is (see [`Scoreboard::new`] for why it cannot
+    /// overflow).
+    #[inline(always)]
+    fn cell(&self, vcpu: u32) -> Option<&AtomicU64> {
+        let index = u64::from(vcpu)
+            .wrapping_mul(self.stride)
+            .wrapping_add(self.slot as u64);
+        self.cells.get(usize::try_from(index).ok()?)
+    }
     /// Adds `value` (wrapping) to `vcpu`'s value; only `vcpu`'s own thread
     /// should, as for [`Scoreboard::add`].
     #[inline]
     pub fn add(&self, vcpu: u32, value: u64) {
-        self.board.add_in_row(vcpu, self.slot, value);
+        if let Some(c) = self.cell(vcpu) {
+            add_to(c, value);
+        }
     }
     /// `vcpu`'s value (0 past the board).
     #[inline]
     pub fn get(&self, vcpu: u32) -> u64 {
-        self.board.get(vcpu, self.slot)
+        self.cell(vcpu).map_or(0, |c| c.load(Ordering::Relaxed))
     }
     /// Sets `vcpu`'s value.
     #[inline]
     pub fn set(&self, vcpu: u32, value: u64) {
-        self.board.set(vcpu, self.slot, value);
+        if let Some(c) = self.cell(vcpu) {
+            c.store(value, Ordering::Relaxed);
+        }
     }
     /// Sum over all vCPUs (wrapping).
     #[inline]
