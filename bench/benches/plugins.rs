@@ -103,10 +103,13 @@ impl Machine {
 }
 
 fn host(specs: &[&str]) -> PluginHost {
+    host_from(&PluginRegistry::bundled(), specs)
+}
+
+fn host_from(registry: &PluginRegistry, specs: &[&str]) -> PluginHost {
     let host = PluginHost::new(GuestInfo::user("riscv64", 1), Box::new(std::io::sink()));
-    let registry = PluginRegistry::bundled();
     for spec in specs {
-        host.install_spec(&registry, spec).expect("install");
+        host.install_spec(registry, spec).expect("install");
     }
     host
 }
@@ -136,6 +139,12 @@ fn dispatch(c: &mut Criterion) {
         machine.run(); // translate once
         group.bench_function(name, |b| b.iter(|| machine.run()));
     }
+    // `insn` as `tcgkit run` builds it: its callback compiled into the
+    // engine's loop (`PluginRegistry::bundled_for`).
+    let inlined = host_from(&PluginRegistry::bundled_for::<Rv64>(), &["insn"]);
+    let mut machine = Machine::new(&loop_program(), Some(&inlined));
+    machine.run();
+    group.bench_function("insn_callback_inlined", |b| b.iter(|| machine.run()));
     group.finish();
 }
 

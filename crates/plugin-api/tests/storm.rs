@@ -38,6 +38,7 @@ use tcgkit_plugin_api::plugins::howvec::InsnClass;
 use tcgkit_plugin_api::plugins::insn::InsnCount;
 use tcgkit_plugin_api::plugins::mem::MemCount;
 use tcgkit_plugin_api::*;
+use tcgkit_riscv::Rv64;
 
 type Result<T = ()> = std::result::Result<T, String>;
 
@@ -885,6 +886,23 @@ fn bundled(f: Fixture, baseline: u64) -> Result<String> {
     })?;
     ensure(t.data_misses > 0 && t.data_misses < t.data_accesses, || {
         format!("{t:?}")
+    })?;
+    // `insn` alone, built for the engine's frontend: its callback is
+    // compiled into the engine's loop, over the same guest (its faults and
+    // signals included).
+    let alone = self::host();
+    let capture = Arc::new(Capture::default());
+    alone
+        .install("capture", capture.clone())
+        .map_err(|e| e.to_string())?;
+    let inlined = InsnCount::from_args(&none("insn"), &g).map_err(e)?;
+    let inlined = Arc::new(inlined.inlined_for::<Rv64>());
+    alone.install("insn", inlined.clone()).map_err(e)?;
+    let out = run(f, Some(&alone))?;
+    check_output(f, &capture, out.exit)?;
+    let inlined_baseline = executed(f, baseline, &out)?;
+    ensure(inlined.total() == inlined_baseline, || {
+        format!("inlined insn {} != {inlined_baseline}", inlined.total())
     })?;
     Ok(format!(
         "{loads} loads, {stores} stores, {calls} syscalls, {} dmisses",
