@@ -636,6 +636,15 @@ impl PluginHandle {
         Some(entry.regs.generation)
     }
 
+    /// A guard of the current registration (`None` if the plugin is gone
+    /// or leaving), for a shared callback made now.
+    fn current_guard(&self) -> Option<Guard> {
+        self.register(|_| {}).map(|generation| Guard {
+            slot: Arc::clone(&self.slot),
+            generation,
+        })
+    }
+
     /// Builds an execution callback to attach to many blocks or
     /// instructions without a new closure each time (see
     /// [`SharedExecCallback`]). It belongs to the current registration: make
@@ -645,10 +654,7 @@ impl PluginHandle {
         access: Access,
         cb: impl Fn(&mut ExecContext<'_, '_>) + Send + Sync + 'static,
     ) -> SharedExecCallback {
-        let guard = self.register(|_| {}).map(|generation| Guard {
-            slot: Arc::clone(&self.slot),
-            generation,
-        });
+        let guard = self.current_guard();
         SharedExecCallback::new(guard.as_ref(), access, cb)
     }
 
@@ -666,10 +672,7 @@ impl PluginHandle {
         access: Access,
         cb: impl Fn(&mut ExecContext<'_, '_>) + Send + Sync + 'static,
     ) -> SharedExecCallback {
-        let guard = self.register(|_| {}).map(|generation| Guard {
-            slot: Arc::clone(&self.slot),
-            generation,
-        });
+        let guard = self.current_guard();
         SharedExecCallback::inlined::<F, _>(guard.as_ref(), access, cb)
     }
 
@@ -682,10 +685,7 @@ impl PluginHandle {
         access: Access,
         cb: impl Fn(&mut ExecContext<'_, '_>, &tcgkit_tcg_core::MemAccessInfo) + Send + Sync + 'static,
     ) -> SharedMemCallback {
-        let guard = self.register(|_| {}).map(|generation| Guard {
-            slot: Arc::clone(&self.slot),
-            generation,
-        });
+        let guard = self.current_guard();
         SharedMemCallback::new(guard.as_ref(), access, cb)
     }
 

@@ -1636,13 +1636,12 @@ impl<F: Frontend> Engine<F> {
             // A callback built with the loop compiled in for this frontend
             // runs its blocks there.
             if let Some(inlined) = Self::inlined(first_cb.1) {
-                let (slot, cpu, mem) = (first_cb.0, cpu, mem);
                 let args = RunArgs {
                     generation,
                     signals,
                     vcpu,
                     id,
-                    slot,
+                    slot: first_cb.0,
                     tb,
                     cpu,
                     mem,
