@@ -872,33 +872,9 @@ fn inlined_callbacks_run_as_plain_ones() {
     );
     assert_eq!(other_calls.load(Relaxed), 3 * 1000);
 
-    // An exit asked for by the 61st call at the jump out of the first
-    // block stops the run right after that jump.
-    let (calls, jumps) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let (c, j) = (calls.clone(), jumps.clone());
-    let exit_once: InsnCallback = Arc::new(InlinedCallback::<Toy, _>::new(
-        move |ctx: &mut CallbackContext<'_>| {
-            c.fetch_add(1, Relaxed);
-            if ctx.pc() == CODE + 0x34 && j.fetch_add(1, Relaxed) == 60 {
-                ctx.request_exit();
-            }
-        },
-    ));
-    let (mut engine, mut mem, mut cpu) = three_block_machine(move |_tb, plan| {
-        for insn in plan.insns() {
-            insn.on_execute(Action::Callback(&exit_once));
-        }
-    });
-    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::ExitRequested);
-    assert_eq!(
-        cpu.pc,
-        CODE + 0x38,
-        "the jump whose callback asked completed"
-    );
-    assert_eq!(engine.stats().insns_executed, 11 + 8 * 60 + 3);
-    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
-    assert_eq!(cpu, plain_cpu);
-    assert_eq!(calls.load(Relaxed), plain.insns_executed);
+    // An exit asked for deep in a run stops it right after that
+    // instruction.
+    exit_after_the_61st_jump(true, &plain_cpu, plain.insns_executed);
 
     // Built for another frontend: called through the plain loop, the same.
     let calls = Arc::new(AtomicU64::new(0));
@@ -913,6 +889,44 @@ fn inlined_callbacks_run_as_plain_ones() {
     });
     assert_eq!(cpu, plain_cpu);
     assert_eq!(calls.load(Relaxed), plain.insns_executed);
+}
+
+/// One callback on every instruction of `three_block_loop(1000)` (an
+/// [`InlinedCallback`] if `inlined`), asking for an exit at the 61st jump
+/// out of the loop's first block: the run stops right after that jump,
+/// and the guest then goes on to the end a plain run reached (`plain_cpu`,
+/// after `plain_insns` instructions), every instruction's callback called
+/// once.
+fn exit_after_the_61st_jump(inlined: bool, plain_cpu: &Cpu, plain_insns: u64) {
+    let (calls, jumps) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let (c, j) = (calls.clone(), jumps.clone());
+    let counting = move |ctx: &mut CallbackContext<'_>| {
+        c.fetch_add(1, Relaxed);
+        if ctx.pc() == CODE + 0x34 && j.fetch_add(1, Relaxed) == 60 {
+            ctx.request_exit();
+        }
+    };
+    let exit_once: InsnCallback = if inlined {
+        Arc::new(InlinedCallback::<Toy, _>::new(counting))
+    } else {
+        Arc::new(counting)
+    };
+    let (mut engine, mut mem, mut cpu) = three_block_machine(move |_tb, plan| {
+        for insn in plan.insns() {
+            insn.on_execute(Action::Callback(&exit_once));
+        }
+    });
+    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::ExitRequested);
+    assert_eq!(
+        cpu.pc,
+        CODE + 0x38,
+        "the jump whose callback asked completed"
+    );
+    assert_eq!(engine.stats().insns_executed, 11 + 8 * 60 + 3);
+    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
+    assert_eq!(&cpu, plain_cpu);
+    assert_eq!(calls.load(Relaxed), plain_insns);
+    assert_eq!(engine.stats().insns_executed, plain_insns);
 }
 
 /// A frontend no engine here runs.
@@ -1056,30 +1070,7 @@ fn runs_of_instrumented_blocks_keep_counts_and_stop_where_asked() {
     // Exits asked for by the callback of the 61st jump out of the first
     // block, and by the 777th store's: each run stops right after that
     // instruction, and the guest then goes on to the same end.
-    let (calls, jumps) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let (c, j) = (calls.clone(), jumps.clone());
-    let exit_once: InsnCallback = Arc::new(move |ctx: &mut CallbackContext<'_>| {
-        c.fetch_add(1, Relaxed);
-        if ctx.pc() == CODE + 0x34 && j.fetch_add(1, Relaxed) == 60 {
-            ctx.request_exit();
-        }
-    });
-    let (mut engine, mut mem, mut cpu) = three_block_machine(move |_tb, plan| {
-        for insn in plan.insns() {
-            insn.on_execute(Action::Callback(&exit_once));
-        }
-    });
-    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::ExitRequested);
-    assert_eq!(
-        cpu.pc,
-        CODE + 0x38,
-        "the jump whose callback asked completed"
-    );
-    assert_eq!(engine.stats().insns_executed, 11 + 8 * 60 + 3);
-    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
-    assert_eq!(cpu, plain_cpu);
-    assert_eq!(calls.load(Relaxed), plain.insns_executed);
-    assert_eq!(engine.stats().insns_executed, plain.insns_executed);
+    exit_after_the_61st_jump(false, &plain_cpu, plain.insns_executed);
 
     let stores = Arc::new(AtomicU64::new(0));
     let (s, pcs) = (stores.clone(), Arc::new(Mutex::new(Vec::new())));
