@@ -676,6 +676,21 @@ impl PluginHandle {
         SharedExecCallback::inlined::<F, _>(guard.as_ref(), access, cb)
     }
 
+    /// [`PluginHandle::shared_mem_callback`] with the engine's loop
+    /// compiled around it for frontend `F` (a
+    /// [`tcgkit_tcg_core::InlinedMemCallback`]): blocks whose every access
+    /// runs this callback and nothing else run in a loop that calls it
+    /// directly. As [`PluginHandle::inlined_exec_callback`], for plugins
+    /// that know the engine's frontend; elsewhere an ordinary shared
+    /// callback.
+    pub fn inlined_mem_callback<F: Frontend>(
+        &self,
+        access: Access,
+        cb: impl Fn(&mut ExecContext<'_, '_>, &tcgkit_tcg_core::MemAccessInfo) + Send + Sync + 'static,
+    ) -> SharedMemCallback {
+        SharedMemCallback::inlined::<F, _>(self.current_guard().as_ref(), access, cb)
+    }
+
     /// Builds a memory callback to attach to many instructions without a
     /// new closure each time (see [`SharedMemCallback`]); like
     /// [`PluginHandle::shared_exec_callback`], it belongs to the current

@@ -26,18 +26,22 @@ impl PluginRegistry {
     /// The plugins bundled with tcgkit: `insn`, `mem`, `bb`, `hotblocks`,
     /// `howvec`, `syscall`, `cache`, `drcov` and `reset`.
     pub fn bundled() -> Self {
-        PluginRegistry::bundled_with(plugins::insn::factory)
+        PluginRegistry::bundled_with(plugins::insn::factory, plugins::mem::factory)
     }
 
     /// [`PluginRegistry::bundled`] for an engine of frontend `F`: `insn`
-    /// counts through a callback compiled into the engine's loop
-    /// ([`crate::PluginHandle::inlined_exec_callback`]), the cheapest
-    /// instruction callback; the counts are the same.
+    /// and `mem` count through callbacks compiled into the engine's loops
+    /// ([`crate::PluginHandle::inlined_exec_callback`],
+    /// [`crate::PluginHandle::inlined_mem_callback`]), the cheapest
+    /// callbacks; the counts are the same.
     pub fn bundled_for<F: Frontend>() -> Self {
-        PluginRegistry::bundled_with(plugins::insn::factory_for::<F>)
+        PluginRegistry::bundled_with(
+            plugins::insn::factory_for::<F>,
+            plugins::mem::factory_for::<F>,
+        )
     }
 
-    fn bundled_with(insn: PluginFactory) -> Self {
+    fn bundled_with(insn: PluginFactory, mem: PluginFactory) -> Self {
         let mut r = PluginRegistry::new();
         r.register(
             "insn",
@@ -47,7 +51,7 @@ impl PluginRegistry {
         r.register(
             "mem",
             "count loads and stores (inline=on|off, rw=r|w|rw, trace=on|off)",
-            plugins::mem::factory,
+            mem,
         );
         r.register(
             "bb",

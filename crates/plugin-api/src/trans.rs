@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use tcgkit_tcg_core::{
     Action, CallbackContext, Compare, Condition, Frontend, InlineKind, InlineOp, InlinedCallback,
-    InsnCallback, InsnInfo, InsnPlan, MemAccessInfo, MemAction, MemCallback, MemFilter, Scoreboard,
-    TbPlan, TbView,
+    InlinedMemCallback, InsnCallback, InsnInfo, InsnPlan, MemAccessInfo, MemAction, MemCallback,
+    MemFilter, Scoreboard, TbPlan, TbView,
 };
 
 use crate::PluginError;
@@ -236,6 +236,21 @@ impl SharedMemCallback {
         SharedMemCallback { cb }
     }
 
+    /// [`SharedMemCallback::new`] with the engine's MemEach loop compiled
+    /// around it for frontend `Fe` ([`InlinedMemCallback`]).
+    pub(crate) fn inlined<Fe, F>(guard: Option<&Guard>, access: Access, f: F) -> Self
+    where
+        Fe: Frontend,
+        F: Fn(&mut ExecContext<'_, '_>, &MemAccessInfo) + Send + Sync + 'static,
+    {
+        let cb = guard.map(|guard| {
+            let inner = guarded_mem(guard, access, f);
+            let cb: MemCallback = Arc::new(InlinedMemCallback::<Fe, _>::new(inner));
+            (guard.clone(), cb)
+        });
+        SharedMemCallback { cb }
+    }
+
     /// The callback, if its registration is live (see
     /// [`SharedExecCallback`]).
     fn attachable(&self) -> Option<&MemCallback> {
@@ -248,14 +263,26 @@ fn mem_callback<F>(guard: &Guard, access: Access, f: F) -> MemCallback
 where
     F: Fn(&mut ExecContext<'_, '_>, &MemAccessInfo) + Send + Sync + 'static,
 {
+    Arc::new(guarded_mem(guard, access, f))
+}
+
+/// The plugin's memory callback `f` inside its panic boundary.
+fn guarded_mem<F>(
+    guard: &Guard,
+    access: Access,
+    f: F,
+) -> impl Fn(&mut CallbackContext<'_>, &MemAccessInfo) + Send + Sync + 'static
+where
+    F: Fn(&mut ExecContext<'_, '_>, &MemAccessInfo) + Send + Sync + 'static,
+{
     // No liveness check per call, as for execution callbacks.
     let guard = guard.clone();
-    Arc::new(move |ctx: &mut CallbackContext<'_>, info: &MemAccessInfo| {
+    move |ctx: &mut CallbackContext<'_>, info: &MemAccessInfo| {
         let mut ec = ExecContext { ctx, access };
         if let Err(payload) = catch_unwind(AssertUnwindSafe(|| f(&mut ec, info))) {
             panicked(&guard, "memory", payload, ec.ctx);
         }
-    })
+    }
 }
 
 fn inline(board: &Arc<Scoreboard>, slot: usize, kind: InlineKind) -> InlineOp<'_> {

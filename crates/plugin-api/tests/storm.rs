@@ -904,6 +904,28 @@ fn bundled(f: Fixture, baseline: u64) -> Result<String> {
     ensure(inlined.total() == inlined_baseline, || {
         format!("inlined insn {} != {inlined_baseline}", inlined.total())
     })?;
+    // `mem` alone, built for the frontend: the same loads and stores as
+    // above.
+    let alone = self::host();
+    let capture = Arc::new(Capture::default());
+    alone
+        .install("capture", capture.clone())
+        .map_err(|e| e.to_string())?;
+    let inlined = MemCount::from_args(&none("mem"), &g).map_err(e)?;
+    let inlined = Arc::new(inlined.inlined_for::<Rv64>());
+    alone.install("mem", inlined.clone()).map_err(e)?;
+    let out = run(f, Some(&alone))?;
+    check_output(f, &capture, out.exit)?;
+    ensure(
+        (inlined.loads(), inlined.stores()) == (loads, stores),
+        || {
+            format!(
+                "inlined mem {}/{}, by callback {loads}/{stores}",
+                inlined.loads(),
+                inlined.stores()
+            )
+        },
+    )?;
     Ok(format!(
         "{loads} loads, {stores} stores, {calls} syscalls, {} dmisses",
         t.data_misses

@@ -12,8 +12,8 @@ use std::sync::{Arc, LazyLock};
 use hashbrown::HashMap;
 
 use crate::instrument::{
-    CallbackContext, Compare, InlineKind, InsnCallback, MAX_PLAN_ACTIONS, MemCallback, MemFilter,
-    PlanData, PlanTables, Scoreboard,
+    CallbackContext, Compare, InlineKind, InsnCallback, MAX_PLAN_ACTIONS, MemAccessInfo,
+    MemCallback, MemFilter, PlanData, PlanTables, Scoreboard,
 };
 
 /// Marks "no entry" in `u32` links.
@@ -235,7 +235,8 @@ pub(crate) struct CompiledMem {
 /// reused: never called (no action names the slot).
 static NOOP_CALLBACK: LazyLock<InsnCallback> =
     LazyLock::new(|| Arc::new(|_: &mut CallbackContext<'_>| {}));
-static NOOP_MEM_CALLBACK: LazyLock<MemCallback> = LazyLock::new(|| Arc::new(|_, _| {}));
+static NOOP_MEM_CALLBACK: LazyLock<MemCallback> =
+    LazyLock::new(|| Arc::new(|_: &mut CallbackContext<'_>, _: &MemAccessInfo| {}));
 
 /// Use counts of a generation's callback slots, with the free ones.
 #[derive(Default)]

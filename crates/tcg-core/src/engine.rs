@@ -34,7 +34,7 @@ use crate::cache::{
 use crate::frontend::{CpuExit, DecodeError, Flow, Frontend, MemAccess, sign_extend};
 use crate::instrument::{
     CallbackContext, CallbackFn, InlineKind, InsnInfo, Instrumentation, MemAccessInfo, MemCallback,
-    MemFilter, NoRegisters, Registers, Requests, Scoreboard, TbPlan, TbView,
+    MemCallbackFn, MemFilter, NoRegisters, Registers, Requests, Scoreboard, TbPlan, TbView,
 };
 use crate::memory::{GuestMemory, MemFault, PAGE_SIZE};
 
@@ -1702,6 +1702,21 @@ impl<F: Frontend> Engine<F> {
         let Some((action, watch)) = Self::sole_callback(generation, actions) else {
             return Self::exec_watched_several(generation, signals, vcpu, id, tb, cpu, mem);
         };
+        // A callback built with the loop compiled in for this frontend
+        // runs its blocks there.
+        if let Some(inlined) = Self::inlined_mem(watch.0) {
+            let args = MemRunArgs {
+                generation,
+                signals,
+                vcpu,
+                id,
+                action,
+                tb,
+                cpu,
+                mem,
+            };
+            return (inlined.run)(args);
+        }
         // Compared by value: a loop over the slices cost 6 host
         // instructions per access more on the integer guest.
         let same_actions = |next: &[CompiledMem]| matches!(next, [a] if *a == action);
@@ -2237,6 +2252,37 @@ impl<F: Frontend> Engine<F> {
         cb.inlined_loop()?.downcast_ref::<InlinedLoop<F>>()
     }
 
+    /// The loop `cb` was compiled into for this frontend, if it was (an
+    /// [`InlinedMemCallback`] of this `F`).
+    #[inline(always)]
+    fn inlined_mem(cb: &MemCallbackDyn) -> Option<&InlinedMemLoop<F>> {
+        cb.inlined_loop()?.downcast_ref::<InlinedMemLoop<F>>()
+    }
+
+    /// The MemEach loop with `callback` compiled in: an
+    /// [`InlinedMemCallback`]'s, run for a block whose one memory action
+    /// is calling that one, and on into the blocks with the same action
+    /// (or none, as `exec_watched`'s).
+    #[inline(never)]
+    fn exec_mem_inlined<C>(args: MemRunArgs<'_, '_, F>, callback: &C) -> RunEnd
+    where
+        C: Fn(&mut CallbackContext<'_>, &MemAccessInfo),
+    {
+        let MemRunArgs {
+            generation,
+            signals,
+            vcpu,
+            id,
+            action,
+            tb,
+            cpu,
+            mem,
+        } = args;
+        let same_actions = |next: &[CompiledMem]| matches!(next, [a] if *a == action);
+        let watched = (action.filter, FireWith(callback), same_actions);
+        Self::exec_mem_each(generation, signals, vcpu, id, tb, watched, cpu, mem)
+    }
+
     /// The CallEach loop with `callback` compiled in: an
     /// [`InlinedCallback`]'s, run for a block whose one callback is that
     /// one (in `slot`), and on into the blocks calling the same one.
@@ -2480,6 +2526,85 @@ struct RunArgs<'g, 'r, F: Frontend> {
     mem: &'r mut GuestMemory,
 }
 
+/// A memory callback with the engine's loop for blocks whose every access
+/// runs it (and nothing else) compiled around it, for frontend `F`: the
+/// [`InlinedCallback`] of memory callbacks. Anywhere else (other shapes
+/// of block, an engine of another frontend) it is an ordinary callback.
+pub struct InlinedMemCallback<F: Frontend, C> {
+    callback: Arc<C>,
+    inlined: InlinedMemLoop<F>,
+}
+
+impl<F: Frontend, C> InlinedMemCallback<F, C>
+where
+    C: Fn(&mut CallbackContext<'_>, &MemAccessInfo) + Send + Sync + 'static,
+{
+    /// `callback`, with the loop compiled for it.
+    pub fn new(callback: C) -> Self {
+        let callback = Arc::new(callback);
+        let inner = Arc::clone(&callback);
+        let run = Box::new(move |args: MemRunArgs<'_, '_, F>| {
+            Engine::<F>::exec_mem_inlined(args, &*inner)
+        });
+        InlinedMemCallback {
+            callback,
+            inlined: InlinedMemLoop { run },
+        }
+    }
+}
+
+impl<F: Frontend, C> MemCallbackFn for InlinedMemCallback<F, C>
+where
+    C: Fn(&mut CallbackContext<'_>, &MemAccessInfo) + Send + Sync + 'static,
+{
+    #[inline(always)]
+    fn call(&self, ctx: &mut CallbackContext<'_>, info: &MemAccessInfo) {
+        (self.callback)(ctx, info)
+    }
+
+    fn inlined_loop(&self) -> Option<&(dyn Any + Send + Sync)> {
+        Some(&self.inlined)
+    }
+}
+
+impl<F: Frontend, C> fmt::Debug for InlinedMemCallback<F, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("InlinedMemCallback")
+    }
+}
+
+/// An [`InlinedMemCallback`]'s loop without the callback's type.
+struct InlinedMemLoop<F: Frontend> {
+    #[allow(clippy::type_complexity)]
+    run: Box<dyn for<'g, 'r> Fn(MemRunArgs<'g, 'r, F>) -> RunEnd + Send + Sync>,
+}
+
+/// What [`Engine::exec_watched`] hands an [`InlinedMemLoop`].
+struct MemRunArgs<'g, 'r, F: Frontend> {
+    generation: &'g Generation<F::Op>,
+    signals: &'r Signals,
+    vcpu: u32,
+    id: u32,
+    /// The block's one memory action (calling the callback).
+    action: CompiledMem,
+    tb: &'g TbHeader,
+    cpu: &'r mut F::Cpu,
+    mem: &'r mut GuestMemory,
+}
+
+/// An inlined memory callback as a MemEach loop's [`Fire`].
+struct FireWith<'a, C>(&'a C);
+
+impl<C> Fire for FireWith<'_, C>
+where
+    C: Fn(&mut CallbackContext<'_>, &MemAccessInfo),
+{
+    #[inline(always)]
+    fn fire(&self, ctx: &mut CallbackContext<'_>, info: &MemAccessInfo) {
+        (self.0)(ctx, info);
+    }
+}
+
 /// Runs an instruction or block-entry callback. Inlined into the
 /// instrumented loop: out of line, LLVM passed the callback's fat pointer
 /// through the stack, and reloading it stalled on store forwarding.
@@ -2516,11 +2641,11 @@ impl<F: Frontend> Registers for CpuRegisters<'_, F> {
 }
 
 /// A memory callback behind its `Arc`.
-type MemCallbackFn = dyn Fn(&mut CallbackContext<'_>, &MemAccessInfo) + Send + Sync;
+type MemCallbackDyn = dyn MemCallbackFn;
 
 /// The one memory callback of a [`ExecMode::MemEach`] block (the usual
 /// case), resolved once for the block.
-struct CallWatch<'a>(&'a MemCallbackFn);
+struct CallWatch<'a>(&'a MemCallbackDyn);
 
 /// What a [`ExecMode::MemEach`] block runs on each access: its one callback
 /// ([`CallWatch`]) or its actions ([`MemActions`]).
@@ -2533,7 +2658,7 @@ trait Fire {
 impl Fire for CallWatch<'_> {
     #[inline(always)]
     fn fire(&self, ctx: &mut CallbackContext<'_>, info: &MemAccessInfo) {
-        (self.0)(ctx, info);
+        self.0.call(ctx, info);
     }
 }
 
@@ -2763,7 +2888,7 @@ impl MemActions<'_> {
                             pc,
                             ..CallbackContext::new(vcpu, &mut *mem)
                         };
-                        cb(&mut ctx, info);
+                        cb.call(&mut ctx, info);
                         requests.merge(ctx.requests);
                     }
                 }

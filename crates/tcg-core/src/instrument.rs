@@ -59,8 +59,36 @@ where
     }
 }
 
-/// A callback run after each matching memory access of an instruction.
-pub type MemCallback = Arc<dyn Fn(&mut CallbackContext<'_>, &MemAccessInfo) + Send + Sync>;
+/// A callback run after each matching memory access of an instruction:
+/// any `Fn(&mut CallbackContext, &MemAccessInfo)` closure, or an
+/// [`crate::InlinedMemCallback`].
+pub type MemCallback = Arc<dyn MemCallbackFn>;
+
+/// What a [`MemCallback`] is: something called with the context and the
+/// access. Every `Fn(&mut CallbackContext, &MemAccessInfo) + Send + Sync`
+/// is one.
+pub trait MemCallbackFn: Send + Sync {
+    /// Runs the callback.
+    fn call(&self, ctx: &mut CallbackContext<'_>, info: &MemAccessInfo);
+    /// The engine's loop with this callback compiled in, for blocks whose
+    /// every access runs it and nothing else: an
+    /// [`crate::InlinedMemCallback`] offers one, which the engine takes if
+    /// it was built for its frontend. `None` (the default): the loop calls
+    /// [`MemCallbackFn::call`].
+    fn inlined_loop(&self) -> Option<&(dyn Any + Send + Sync)> {
+        None
+    }
+}
+
+impl<T> MemCallbackFn for T
+where
+    T: Fn(&mut CallbackContext<'_>, &MemAccessInfo) + Send + Sync,
+{
+    #[inline(always)]
+    fn call(&self, ctx: &mut CallbackContext<'_>, info: &MemAccessInfo) {
+        self(ctx, info)
+    }
+}
 
 /// Decides what each translated block carries. Implemented by the plugin layer.
 pub trait Instrumentation: Send + Sync {

@@ -111,12 +111,13 @@ pub mod instrument;
 pub mod memory;
 
 pub use engine::{
-    Engine, EngineEvents, EngineStats, ExitHandle, FlushHandle, InlinedCallback, Vcpu,
+    Engine, EngineEvents, EngineStats, ExitHandle, FlushHandle, InlinedCallback,
+    InlinedMemCallback, Vcpu,
 };
 pub use frontend::{CpuExit, DecodeError, Decoded, Flow, Frontend, MemAccess, sign_extend};
 pub use instrument::{
     Action, CallbackContext, CallbackFn, Compare, Condition, InlineKind, InlineOp, InsnCallback,
-    InsnInfo, InsnPlan, Instrumentation, MemAccessInfo, MemAction, MemCallback, MemFilter,
-    Registers, Scoreboard, ScoreboardEntry, TbPlan, TbView,
+    InsnInfo, InsnPlan, Instrumentation, MemAccessInfo, MemAction, MemCallback, MemCallbackFn,
+    MemFilter, Registers, Scoreboard, ScoreboardEntry, TbPlan, TbView,
 };
 pub use memory::{AccessKind, GuestMemory, MemError, MemFault, MemFaultKind, PAGE_SIZE, Perms};

@@ -1072,16 +1072,35 @@ fn runs_of_instrumented_blocks_keep_counts_and_stop_where_asked() {
     // instruction, and the guest then goes on to the same end.
     exit_after_the_61st_jump(false, &plain_cpu, plain.insns_executed);
 
-    let stores = Arc::new(AtomicU64::new(0));
-    let (s, pcs) = (stores.clone(), Arc::new(Mutex::new(Vec::new())));
+    exit_after_the_777th_store(false, &plain_cpu);
+}
+
+/// One memory callback on every access of `three_block_loop(1000)` (an
+/// [`InlinedMemCallback`] if `inlined`), asking for an exit at the 777th
+/// store: the run stops right after that store, and the guest then goes
+/// on to the end a plain run reached (`plain_cpu`), every access seen
+/// once.
+fn exit_after_the_777th_store(inlined: bool, plain_cpu: &Cpu) {
+    let (loads, stores) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let (l, s, pcs) = (
+        loads.clone(),
+        stores.clone(),
+        Arc::new(Mutex::new(Vec::new())),
+    );
     let seen = pcs.clone();
-    let exit_on_store: MemCallback =
-        Arc::new(move |ctx: &mut CallbackContext<'_>, info: &MemAccessInfo| {
-            if info.is_store && s.fetch_add(1, Relaxed) == 776 {
-                seen.lock().unwrap().push((ctx.pc(), info.value));
-                ctx.request_exit();
-            }
-        });
+    let counting = move |ctx: &mut CallbackContext<'_>, info: &MemAccessInfo| {
+        if !info.is_store {
+            l.fetch_add(1, Relaxed);
+        } else if s.fetch_add(1, Relaxed) == 776 {
+            seen.lock().unwrap().push((ctx.pc(), info.value));
+            ctx.request_exit();
+        }
+    };
+    let exit_on_store: MemCallback = if inlined {
+        Arc::new(InlinedMemCallback::<Toy, _>::new(counting))
+    } else {
+        Arc::new(counting)
+    };
     let (mut engine, mut mem, mut cpu) = three_block_machine(move |_tb, plan| {
         for insn in plan.insns() {
             insn.on_memory(MemFilter::All, MemAction::Callback(&exit_on_store));
@@ -1096,8 +1115,77 @@ fn runs_of_instrumented_blocks_keep_counts_and_stop_where_asked() {
     );
     assert_eq!(engine.stats().insns_executed, 11 + 8 * 776 + 7);
     assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
+    assert_eq!(&cpu, plain_cpu);
+    assert_eq!((loads.load(Relaxed), stores.load(Relaxed)), (1000, 1000));
+}
+
+/// An [`InlinedMemCallback`] runs its blocks in the MemEach loop compiled
+/// around it: the same accesses as a plain memory callback, alone, beside
+/// blocks whose accesses run another callback, and when it asks for an
+/// exit deep in a run; one built for another frontend is an ordinary
+/// callback.
+#[test]
+fn inlined_memory_callbacks_run_as_plain_ones() {
+    let (_, plain_cpu, _) = run_three_block_loop(|_| {});
+    exit_after_the_777th_store(true, &plain_cpu);
+
+    // Beside blocks whose accesses run a plain callback: each sees its
+    // own, together what one plain callback sees (a store weighs 1001).
+    let weigh = |info: &MemAccessInfo| 1 + u64::from(info.is_store) * 1000;
+    let plain_seen = Arc::new(AtomicU64::new(0));
+    let p = plain_seen.clone();
+    let plain: MemCallback = Arc::new(move |_: &mut CallbackContext<'_>, info: &MemAccessInfo| {
+        p.fetch_add(weigh(info), Relaxed);
+    });
+    run_three_block_loop(move |insn| {
+        insn.on_memory(MemFilter::All, MemAction::Callback(&plain));
+    });
+    let (inlined_seen, other_seen) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let (i, o) = (inlined_seen.clone(), other_seen.clone());
+    let inlined: MemCallback = Arc::new(InlinedMemCallback::<Toy, _>::new(
+        move |_: &mut CallbackContext<'_>, info: &MemAccessInfo| {
+            i.fetch_add(weigh(info), Relaxed);
+        },
+    ));
+    let other: MemCallback = Arc::new(move |_: &mut CallbackContext<'_>, info: &MemAccessInfo| {
+        o.fetch_add(weigh(info), Relaxed);
+    });
+    let (mut engine, mut mem, mut cpu) = three_block_machine(move |tb, plan| {
+        // The loop's last block (its store) takes the plain one.
+        let cb = if tb.pc() == CODE + 0x44 {
+            &other
+        } else {
+            &inlined
+        };
+        for insn in plan.insns() {
+            insn.on_memory(MemFilter::All, MemAction::Callback(cb));
+        }
+    });
+    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
     assert_eq!(cpu, plain_cpu);
-    assert_eq!(stores.load(Relaxed), 1000);
+    assert_eq!(
+        other_seen.load(Relaxed),
+        1000 * 1001,
+        "the loop's 1000 stores"
+    );
+    assert_eq!(
+        inlined_seen.load(Relaxed) + other_seen.load(Relaxed),
+        plain_seen.load(Relaxed)
+    );
+
+    // Built for another frontend: an ordinary callback, the same accesses.
+    let seen = Arc::new(AtomicU64::new(0));
+    let e = seen.clone();
+    let elsewhere: MemCallback = Arc::new(InlinedMemCallback::<Elsewhere, _>::new(
+        move |_: &mut CallbackContext<'_>, info: &MemAccessInfo| {
+            e.fetch_add(weigh(info), Relaxed);
+        },
+    ));
+    let (_, cpu, _) = run_three_block_loop(move |insn| {
+        insn.on_memory(MemFilter::All, MemAction::Callback(&elsewhere));
+    });
+    assert_eq!(cpu, plain_cpu);
+    assert_eq!(seen.load(Relaxed), plain_seen.load(Relaxed));
 }
 
 /// The seed scenario: loop body `addi r1; sd r1 -> DATA; ld r3 <- DATA; bne`.
