@@ -890,32 +890,18 @@ fn bundled(f: Fixture, baseline: u64) -> Result<String> {
     // `insn` alone, built for the engine's frontend: its callback is
     // compiled into the engine's loop, over the same guest (its faults and
     // signals included).
-    let alone = self::host();
-    let capture = Arc::new(Capture::default());
-    alone
-        .install("capture", capture.clone())
-        .map_err(|e| e.to_string())?;
     let inlined = InsnCount::from_args(&none("insn"), &g).map_err(e)?;
     let inlined = Arc::new(inlined.inlined_for::<Rv64>());
-    alone.install("insn", inlined.clone()).map_err(e)?;
-    let out = run(f, Some(&alone))?;
-    check_output(f, &capture, out.exit)?;
+    let out = run_alone(f, "insn", inlined.clone())?;
     let inlined_baseline = executed(f, baseline, &out)?;
     ensure(inlined.total() == inlined_baseline, || {
         format!("inlined insn {} != {inlined_baseline}", inlined.total())
     })?;
     // `mem` alone, built for the frontend: the same loads and stores as
     // above.
-    let alone = self::host();
-    let capture = Arc::new(Capture::default());
-    alone
-        .install("capture", capture.clone())
-        .map_err(|e| e.to_string())?;
     let inlined = MemCount::from_args(&none("mem"), &g).map_err(e)?;
     let inlined = Arc::new(inlined.inlined_for::<Rv64>());
-    alone.install("mem", inlined.clone()).map_err(e)?;
-    let out = run(f, Some(&alone))?;
-    check_output(f, &capture, out.exit)?;
+    run_alone(f, "mem", inlined.clone())?;
     ensure(
         (inlined.loads(), inlined.stores()) == (loads, stores),
         || {
@@ -930,6 +916,19 @@ fn bundled(f: Fixture, baseline: u64) -> Result<String> {
         "{loads} loads, {stores} stores, {calls} syscalls, {} dmisses",
         t.data_misses
     ))
+}
+
+/// Runs `f` with `plugin` as the only plugin besides the output capture,
+/// and checks the guest's output.
+fn run_alone(f: Fixture, name: &str, plugin: Arc<dyn Plugin>) -> Result<Outcome> {
+    let host = host();
+    let capture = Arc::new(Capture::default());
+    host.install("capture", capture.clone())
+        .map_err(|e| e.to_string())?;
+    host.install(name, plugin).map_err(|e| e.to_string())?;
+    let out = run(f, Some(&host))?;
+    check_output(f, &capture, out.exit)?;
+    Ok(out)
 }
 
 /// Resets requested from another thread at arbitrary moments while the

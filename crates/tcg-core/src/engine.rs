@@ -2445,8 +2445,8 @@ type InsnCallbackFn = dyn CallbackFn;
 /// #     type Op = ();
 /// #     fn pc(cpu: &u64) -> u64 { *cpu }
 /// #     fn set_pc(cpu: &mut u64, pc: u64) { *cpu = pc }
-/// #     fn decode(&self, _: &mut GuestMemory, _: u64) -> Result<Decoded<()>, DecodeError> {
-/// #         unimplemented!()
+/// #     fn decode(&self, _: &mut GuestMemory, pc: u64) -> Result<Decoded<()>, DecodeError> {
+/// #         Err(DecodeError::Illegal { pc, raw: 0 })
 /// #     }
 /// #     fn execute<M: MemAccess>(_: &mut u64, _: &(), _: u64, _: &mut M) -> Flow { Flow::Next }
 /// #     fn disassemble(&self, _: &[u8], _: u64) -> String { String::new() }
