@@ -288,9 +288,11 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
     }
 
     let mut workloads = workloads(root, &layout);
+    let mut dense_workloads = reset::dense_workloads(root);
     if !options.only.is_empty() {
         workloads.retain(|w| options.only.contains(&w.name));
-        if workloads.is_empty() {
+        dense_workloads.retain(|w| options.only.contains(&w.name));
+        if workloads.is_empty() && dense_workloads.is_empty() {
             bail!("--only matched no workload");
         }
     }
@@ -309,6 +311,11 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
     let tcgkit = private;
     let support = probe_tcgkit(root, &tcgkit)?;
 
+    let reset_sides = reset::Sides {
+        plugins: &plugins,
+        tcgkit: support.reset.is_none().then_some(tcgkit.as_path()),
+        scratch: &scratch,
+    };
     let mut cells = Vec::new();
     let mut resets = Vec::new();
     for (index, workload) in workloads.iter().enumerate() {
@@ -339,15 +346,24 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
         }
         eprintln!("bench-vs-qemu: {} / reset ...", workload.name);
         resets.push(reset::measure(
-            &reset::Sides {
-                plugins: &plugins,
-                tcgkit: support.reset.is_none().then_some(tcgkit.as_path()),
-                scratch: &scratch,
-            },
+            &reset_sides,
             index,
             workload,
             options.runs.max(reset::MIN_RUNS),
             support.reset.clone(),
+            None,
+        )?);
+    }
+    let mut dense_resets = Vec::new();
+    for (index, workload) in dense_workloads.iter().enumerate() {
+        eprintln!("bench-vs-qemu: {} / reset-dominated ...", workload.name);
+        dense_resets.push(reset::measure(
+            &reset_sides,
+            index,
+            workload,
+            options.runs.max(reset::MIN_RUNS),
+            support.reset.clone(),
+            Some(reset::DENSE_EVERY),
         )?);
     }
 
@@ -355,6 +371,8 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
         workloads: &workloads,
         cells: &cells,
         resets: &resets,
+        dense_workloads: &dense_workloads,
+        dense_resets: &dense_resets,
         runs: options.runs,
         command: command_line(args),
     };
@@ -750,6 +768,10 @@ struct Report<'a> {
     workloads: &'a [Workload],
     cells: &'a [Cell],
     resets: &'a [reset::ResetCell],
+    /// The reset-dominated runs ([`reset::dense_workloads`]), apart: their
+    /// cells name workloads of that list.
+    dense_workloads: &'a [Workload],
+    dense_resets: &'a [reset::ResetCell],
     runs: usize,
     command: String,
 }
@@ -799,12 +821,16 @@ impl Report<'_> {
                 found.push(format!("{name}: a side reported no counts"));
             }
         }
-        for cell in self.resets {
-            let name = self
-                .workloads
-                .get(cell.workload)
-                .map_or("?", |w| w.name.as_str());
-            found.extend(cell.disagreements(name));
+        for (workloads, cells) in [
+            (self.workloads, self.resets),
+            (self.dense_workloads, self.dense_resets),
+        ] {
+            for cell in cells {
+                let name = workloads
+                    .get(cell.workload)
+                    .map_or("?", |w| w.name.as_str());
+                found.extend(cell.disagreements(name));
+            }
         }
         found
     }
@@ -997,6 +1023,12 @@ impl Report<'_> {
         if !self.resets.is_empty() {
             s.push_str(&reset::markdown(self.workloads, self.resets)?);
         }
+        if !self.dense_resets.is_empty() {
+            s.push_str(&reset::dense_markdown(
+                self.dense_workloads,
+                self.dense_resets,
+            )?);
+        }
         let unavailable: Vec<String> = CONFIGS
             .iter()
             .filter_map(|c| {
@@ -1157,7 +1189,9 @@ mod reset {
     //! machine's run-to-run noise, and noise only ever adds time. The
     //! plugins trigger on instruction counts, which do not depend on where
     //! each translator ends its blocks, so both sides must agree on the
-    //! number of resets as well as on the instructions.
+    //! number of resets as well as on the instructions. The reset-dominated
+    //! runs ([`dense_workloads`]) measure the same with resets so close
+    //! together that they take most of the run on both sides.
 
     use super::{Counts, Side, Workload, median, qemu_plugin_command, secs, tcgkit_plugin_command};
     use anyhow::Result;
@@ -1177,6 +1211,28 @@ mod reset {
     /// `every` of the probes, whose guest runs a few tens of thousands of
     /// instructions.
     pub const PROBE_EVERY: u64 = 1_000;
+    /// `every` of the reset-dominated runs: so few instructions between
+    /// resets that re-translating takes most of each resetting run on both
+    /// emulators, so the difference of the fastest runs is mostly signal
+    /// (still more than a block holds on either side).
+    pub const DENSE_EVERY: u64 = 1_000;
+
+    /// The guests of the reset-dominated runs: about 1.5-2.2 M
+    /// instructions, 1,500-2,200 resets at [`DENSE_EVERY`], around a
+    /// hundred blocks re-translated after each.
+    pub fn dense_workloads(root: &Path) -> Vec<Workload> {
+        let guests = root.join("fixtures").join("guests");
+        let guest = |name: &str, args: &[&str]| Workload {
+            name: std::iter::once(name)
+                .chain(args.iter().copied())
+                .collect::<Vec<_>>()
+                .join(" "),
+            program: guests.join(name),
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            stdin: None,
+        };
+        vec![guest("float", &[]), guest("malloc", &["600"])]
+    }
 
     /// The C plugin's arguments (appended to its library path).
     pub fn qemu_args(every: u64) -> String {
@@ -1318,17 +1374,20 @@ mod reset {
     }
 
     /// Runs `workload` `runs` times in each of the four ways, alternating
-    /// QEMU and tcgkit; N comes from QEMU's first instruction count.
+    /// QEMU and tcgkit, resetting every `every` instructions, or when that
+    /// is `None`, every N from QEMU's first instruction count
+    /// ([`every_for`]).
     pub fn measure(
         sides: &Sides<'_>,
         index: usize,
         workload: &Workload,
         runs: usize,
         unavailable: Option<String>,
+        every: Option<u64>,
     ) -> Result<ResetCell> {
         let mut cell = ResetCell {
             workload: index,
-            every: 0,
+            every: every.unwrap_or(0),
             qemu: Pair::default(),
             tcgkit: sides.tcgkit.map(|_| Pair::default()),
             unavailable,
@@ -1389,6 +1448,29 @@ mod reset {
              runs per reset, and (≥) the ratio should tcgkit's cost be that much \
              higher.\n"
         )?;
+        table(&mut s, workloads, cells)?;
+        Ok(s)
+    }
+
+    /// The reset-dominated runs' section: the same measurement with
+    /// [`DENSE_EVERY`] on smaller guests.
+    pub fn dense_markdown(workloads: &[Workload], cells: &[ResetCell]) -> Result<String> {
+        let mut s = String::new();
+        writeln!(s, "\n#### Reset-dominated runs\n")?;
+        writeln!(
+            s,
+            "The same measurement with N = {DENSE_EVERY} on guests of 1.5-2.2 M \
+             instructions: resets then take most of each resetting run on both \
+             emulators, so the figures stand out of the run-to-run noise that \
+             the rows above are within. Fewer blocks are re-translated after \
+             each reset than on the larger workloads above.\n"
+        )?;
+        table(&mut s, workloads, cells)?;
+        Ok(s)
+    }
+
+    /// One row per cell, then the medians over them.
+    fn table(s: &mut String, workloads: &[Workload], cells: &[ResetCell]) -> Result<()> {
         writeln!(
             s,
             "| workload | N | resets QEMU / tcgkit | blocks cached QEMU / tcgkit | \
@@ -1454,7 +1536,7 @@ mod reset {
         if let Some(reason) = cells.iter().find_map(|c| c.unavailable.as_ref()) {
             writeln!(s, "\nNot measured on tcgkit (n/a): {reason}.")?;
         }
-        Ok(s)
+        Ok(())
     }
 
     /// `qemu / ours` when both costs are positive (a cost at or below zero
@@ -1937,6 +2019,8 @@ mod tests {
             workloads: &workloads,
             cells: &cells,
             resets: &[],
+            dense_workloads: &[],
+            dense_resets: &[],
             runs: 1,
             command: "cargo xtask bench-vs-qemu".to_owned(),
         };
@@ -2080,6 +2164,8 @@ mod tests {
             workloads: &workloads,
             cells: &[],
             resets: &cells,
+            dense_workloads: &[],
+            dense_resets: &[],
             runs: 1,
             command: "cargo xtask bench-vs-qemu".to_owned(),
         };
@@ -2099,6 +2185,22 @@ mod tests {
             text.contains("QEMU 200.0 µs, tcgkit 102.2 µs per reset (QEMU/tcgkit 2.0x)"),
             "{text}"
         );
+        assert!(!text.contains("Reset-dominated"), "{text}");
+
+        // The same cells as reset-dominated runs: their own section after
+        // the first, and their disagreements counted too.
+        let report = Report {
+            dense_workloads: &workloads,
+            dense_resets: &cells,
+            ..report
+        };
+        assert_eq!(report.disagreements().len(), 8);
+        let text = report.markdown().unwrap();
+        let (spread, dense) = text.split_once("#### Reset-dominated runs").unwrap();
+        for part in [spread, dense] {
+            assert!(part.contains("| 200.0 | 4.0 | 50.0x | yes |"), "{text}");
+            assert!(part.contains("(QEMU/tcgkit 2.0x)"), "{text}");
+        }
     }
 
     #[test]
