@@ -42,9 +42,15 @@ fn bump(counter: &AtomicU64) {
     counter.store(next, Ordering::Relaxed);
 }
 
+/// The most lines one simulated cache holds: 1 GiB of 64-byte lines, the
+/// largest real caches. Each line costs 8 bytes per vCPU, so without a
+/// bound a 1 GiB cache of 1-byte lines would ask for 8 GiB.
+const MAX_LINES: u64 = 1 << 24;
+
 impl Cache {
     /// A cache of `size` bytes, `ways`-associative, with `line`-byte lines.
-    /// All three must be powers of two with `size >= ways * line`.
+    /// All three must be powers of two with `size >= ways * line`, and
+    /// the cache may hold at most 2^24 lines (`size / line`).
     pub fn new(size: u64, ways: u64, line: u64) -> Result<Cache, String> {
         if !(size.is_power_of_two() && ways.is_power_of_two() && line.is_power_of_two()) {
             return Err(format!(
@@ -55,6 +61,13 @@ impl Cache {
         if sets == 0 {
             return Err(format!(
                 "size {size} is smaller than ways {ways} x line {line}"
+            ));
+        }
+        if size / line > MAX_LINES {
+            return Err(format!(
+                "size {size} / line {line} is {} lines, more than the {MAX_LINES} \
+                 simulated: use longer lines or a smaller cache",
+                size / line
             ));
         }
         let too_big = || format!("size {size} is too large for this host");
@@ -456,5 +469,14 @@ mod tests {
         assert!(Cache::new(1000, 2, 16).is_err());
         assert!(Cache::new(64, 8, 16).is_err());
         assert!(Cache::new(64, 3, 16).is_err());
+        // 1 GiB of 64-byte lines is the most lines; of 32-byte lines, too
+        // many (8 bytes of state each).
+        let err = Cache::new(1 << 30, 1 << 16, 32).err();
+        assert!(
+            err.as_deref()
+                .is_some_and(|e| e.contains("33554432 lines, more than the 16777216")),
+            "{err:?}"
+        );
+        assert!(Cache::new(1 << 24, 16, 1).is_ok());
     }
 }
