@@ -1218,8 +1218,8 @@ mod reset {
     pub const DENSE_EVERY: u64 = 1_000;
 
     /// The guests of the reset-dominated runs: about 1.5-2.2 M
-    /// instructions, 1,500-2,200 resets at [`DENSE_EVERY`], around a
-    /// hundred blocks re-translated after each.
+    /// instructions, 1,500-2,200 resets at [`DENSE_EVERY`], 35-80 blocks
+    /// re-translated after each.
     pub fn dense_workloads(root: &Path) -> Vec<Workload> {
         let guests = root.join("fixtures").join("guests");
         let guest = |name: &str, args: &[&str]| Workload {
