@@ -30,7 +30,7 @@ fn main() -> Result<()> {
 
 const USAGE: &str = "usage: cargo xtask <task>
 tasks:
-  ci    run what CI runs: fmt check, clippy -D warnings, then `test`
+  ci    run what CI runs: fmt check, clippy -D warnings, doc -D warnings, then `test`
   test  the test suite: every crate's tests and the corpus checks
   corpus-images [DIR...]  compare image-core with monodis on every assembly (default /usr/lib/mono)
   fixtures  rebuild the RV64 guest programs in fixtures/guests/ (needs riscv64-linux-gnu-gcc)
@@ -46,8 +46,13 @@ fn project_root() -> PathBuf {
 }
 
 fn cargo(root: &Path, args: &[&str]) -> Result<()> {
+    cargo_with_env(root, &[], args)
+}
+
+fn cargo_with_env(root: &Path, env: &[(&str, &str)], args: &[&str]) -> Result<()> {
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .args(args)
+        .envs(env.iter().copied())
         .current_dir(root)
         .status()
         .with_context(|| format!("running cargo {}", args.join(" ")))?;
@@ -69,6 +74,13 @@ fn ci(root: &Path) -> Result<()> {
             "-D",
             "warnings",
         ],
+    )?;
+    // Broken intra-doc links and bad examples' markup, as docs.rs would
+    // show them.
+    cargo_with_env(
+        root,
+        &[("RUSTDOCFLAGS", "-D warnings")],
+        &["doc", "--workspace", "--no-deps"],
     )?;
     test(root)
 }

@@ -2430,7 +2430,7 @@ type InsnCallbackFn = dyn CallbackFn;
 /// An instruction callback with the engine's loop for blocks that call it
 /// before every instruction compiled around it, for frontend `F`: the
 /// loop calls it directly, as it executes the frontend's ops, where a
-/// plain [`InsnCallback`] costs an indirect call per instruction. Anywhere
+/// plain [`InsnCallback`](crate::InsnCallback) costs an indirect call per instruction. Anywhere
 /// else (other shapes of block, an engine of another frontend) it is an
 /// ordinary callback.
 ///
