@@ -316,6 +316,17 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
         tcgkit: support.reset.is_none().then_some(tcgkit.as_path()),
         scratch: &scratch,
     };
+    let measure_resets = |index, workload, every| {
+        let runs = options.runs.max(reset::MIN_RUNS);
+        reset::measure(
+            &reset_sides,
+            index,
+            workload,
+            runs,
+            support.reset.clone(),
+            every,
+        )
+    };
     let mut cells = Vec::new();
     let mut resets = Vec::new();
     for (index, workload) in workloads.iter().enumerate() {
@@ -345,26 +356,12 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
             cells.push(cell);
         }
         eprintln!("bench-vs-qemu: {} / reset ...", workload.name);
-        resets.push(reset::measure(
-            &reset_sides,
-            index,
-            workload,
-            options.runs.max(reset::MIN_RUNS),
-            support.reset.clone(),
-            None,
-        )?);
+        resets.push(measure_resets(index, workload, None)?);
     }
     let mut dense_resets = Vec::new();
     for (index, workload) in dense_workloads.iter().enumerate() {
         eprintln!("bench-vs-qemu: {} / reset-dominated ...", workload.name);
-        dense_resets.push(reset::measure(
-            &reset_sides,
-            index,
-            workload,
-            options.runs.max(reset::MIN_RUNS),
-            support.reset.clone(),
-            Some(reset::DENSE_EVERY),
-        )?);
+        dense_resets.push(measure_resets(index, workload, Some(reset::DENSE_EVERY))?);
     }
 
     let report = Report {
