@@ -1,7 +1,9 @@
 //! `cargo xtask fixtures`: rebuild the guest programs in fixtures/guests/.
 //!
-//! Each `src/NAME.c` becomes a static RV64 executable `NAME` built with
-//! Debian's cross compiler, so `cargo test` itself never needs the compiler.
+//! Each `src/NAME.c` becomes a static RV64 executable `NAME` and a
+//! dynamically linked one `dynamic/NAME` (a PIE against Debian's riscv64
+//! glibc, run with `-L /usr/riscv64-linux-gnu`), built with Debian's cross
+//! compiler, so `cargo test` itself never needs the compiler.
 //! Then, if `qemu-riscv64` is installed, the differential tests record its
 //! output in `expected/` (the reference used where qemu is missing).
 
@@ -30,25 +32,30 @@ pub fn run(root: &Path) -> Result<()> {
     if sources.is_empty() {
         bail!("no C sources in {}", src.display());
     }
+    std::fs::create_dir_all(dir.join("dynamic")).context("creating fixtures/guests/dynamic")?;
     for source in &sources {
         let name = source
             .file_stem()
             .and_then(|s| s.to_str())
             .context("fixture source name is not UTF-8")?;
-        let out = dir.join(name);
-        let mut cmd = Command::new(CC);
-        cmd.args(["-O2", "-static", "-Wall", "-Werror"]);
-        if !UNSTRIPPED.contains(&name) {
-            cmd.arg("-s");
+        for (linking, out) in [
+            (&["-static"][..], dir.join(name)),
+            (&[][..], dir.join("dynamic").join(name)),
+        ] {
+            let mut cmd = Command::new(CC);
+            cmd.args(["-O2", "-Wall", "-Werror"]).args(linking);
+            if !UNSTRIPPED.contains(&name) {
+                cmd.arg("-s");
+            }
+            // Reproducible builds: no build id differences from paths.
+            cmd.arg("-ffile-prefix-map=".to_string() + &dir.display().to_string() + "=.");
+            cmd.arg("-o").arg(&out).arg(source).arg("-lm");
+            let status = cmd.status().with_context(|| format!("running {CC}"))?;
+            if !status.success() {
+                bail!("{CC} failed on {} ({status})", source.display());
+            }
+            println!("built {}", out.strip_prefix(root).unwrap_or(&out).display());
         }
-        // Reproducible builds: no build id differences from paths.
-        cmd.arg("-ffile-prefix-map=".to_string() + &dir.display().to_string() + "=.");
-        cmd.arg("-o").arg(&out).arg(source).arg("-lm");
-        let status = cmd.status().with_context(|| format!("running {CC}"))?;
-        if !status.success() {
-            bail!("{CC} failed on {} ({status})", source.display());
-        }
-        println!("built fixtures/guests/{name}");
     }
     record_expected(root)
 }

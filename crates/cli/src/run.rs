@@ -1,6 +1,7 @@
-//! `tcgkit run [--strace] GUEST [ARGS...]`: run a static RV64 Linux program
-//! like `qemu-riscv64`, with the host's stdin/stdout/stderr and environment,
-//! ending with the guest's exit status or by the guest's fatal signal.
+//! `tcgkit run [--strace] [-L PREFIX] GUEST [ARGS...]`: run an RV64 Linux
+//! program, static or dynamically linked, like `qemu-riscv64`, with the
+//! host's stdin/stdout/stderr and environment, ending with the guest's exit
+//! status or by the guest's fatal signal.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -30,7 +31,24 @@ pub struct RunArgs {
     /// second on stderr.
     #[arg(long)]
     stats: bool,
-    /// The static RV64 Linux executable to run, then its arguments, passed
+    /// Look up absolute guest paths (the program interpreter, libraries,
+    /// /etc files) under PREFIX first, like `qemu-riscv64 -L`; the
+    /// `QEMU_LD_PREFIX` environment variable says the same.
+    #[arg(short = 'L', value_name = "PREFIX")]
+    prefix: Option<PathBuf>,
+    /// Set VAR to VALUE in the guest's environment (repeatable), like
+    /// `qemu-riscv64 -E`.
+    #[arg(short = 'E', value_name = "VAR=VALUE", value_parser = parse_assignment)]
+    set_env: Vec<OsString>,
+    /// Remove VAR from the guest's environment (repeatable), like
+    /// `qemu-riscv64 -U`.
+    #[arg(short = 'U', value_name = "VAR")]
+    unset_env: Vec<OsString>,
+    /// The guest's argv[0] (by default the program path as given), like
+    /// `qemu-riscv64 -0`.
+    #[arg(short = '0', value_name = "ARGV0")]
+    argv0: Option<OsString>,
+    /// The RV64 Linux executable to run, then its arguments, passed
     /// verbatim (even ones that look like options, such as `--help`).
     #[arg(value_name = "GUEST [ARGS]", required = true, num_args = 1.., allow_hyphen_values = true)]
     command: Vec<OsString>,
@@ -132,16 +150,15 @@ impl SyscallObserver for SyscallHooks {
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     // One positional list, so that everything after GUEST is the guest's
     // even when it looks like one of our options.
-    let argv = args.command;
+    let mut argv = args.command;
     let guest = PathBuf::from(argv.first().context("no guest program given")?);
-    let env: Vec<OsString> = std::env::vars_os()
-        .map(|(k, v)| {
-            let mut entry = k;
-            entry.push("=");
-            entry.push(v);
-            entry
-        })
-        .collect();
+    if let (Some(first), Some(argv0)) = (argv.first_mut(), args.argv0) {
+        *first = argv0;
+    }
+    let env = guest_environment(std::env::vars_os(), &args.set_env, &args.unset_env);
+    let prefix = args
+        .prefix
+        .or_else(|| std::env::var_os("QEMU_LD_PREFIX").map(PathBuf::from));
     // The executable is opened through a registry, so a trace sees it load
     // and unload like any other image.
     let trace = args.trace.open()?.map(std::sync::Arc::new);
@@ -159,9 +176,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         .image(handle.id())
         .context("the registry lost the image it just loaded")?
         .image();
-    let mut process = Process::from_image(image, &guest, &argv, &env)
-        .map_err(|e| anyhow::anyhow!("cannot run {}: {e}", guest.display()))?
-        .with_options(Options::default().with_strace(args.strace));
+    let options = Options::default()
+        .with_strace(args.strace)
+        .with_prefix(prefix);
+    let mut process = Process::from_image_with_options(image, &guest, &argv, &env, options)
+        .map_err(|e| anyhow::anyhow!("cannot run {}: {e}", guest.display()))?;
     let plugins = if args.plugins.is_empty() {
         None
     } else {
@@ -305,6 +324,50 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::from(end.shell_status().clamp(0, 255) as u8))
         }
     }
+}
+
+/// `-E`'s value: `VAR=VALUE` (a bad one is a bad command line).
+fn parse_assignment(value: &str) -> Result<OsString, String> {
+    match value.split_once('=') {
+        Some((name, _)) if !name.is_empty() => Ok(OsString::from(value)),
+        _ => Err(format!("expected VAR=VALUE, got '{value}'")),
+    }
+}
+
+/// The guest's environment as `NAME=value` strings: the host's, in its
+/// order, then each `-E` assignment replacing its variable in place or
+/// appended, then each `-U` name removed (qemu-user applies them in
+/// command-line order; the two differ only for a variable named in both).
+fn guest_environment(
+    host: impl Iterator<Item = (OsString, OsString)>,
+    set: &[OsString],
+    unset: &[OsString],
+) -> Vec<OsString> {
+    use std::os::unix::ffi::OsStrExt;
+    let name_of = |entry: &OsString| -> Vec<u8> {
+        let bytes = entry.as_bytes();
+        let end = bytes.iter().position(|&b| b == b'=').unwrap_or(bytes.len());
+        bytes[..end].to_vec()
+    };
+    let mut env: Vec<OsString> = host
+        .map(|(k, v)| {
+            let mut entry = k;
+            entry.push("=");
+            entry.push(v);
+            entry
+        })
+        .collect();
+    for assignment in set {
+        let name = name_of(assignment);
+        match env.iter_mut().find(|e| name_of(e) == name) {
+            Some(existing) => *existing = assignment.clone(),
+            None => env.push(assignment.clone()),
+        }
+    }
+    for name in unset {
+        env.retain(|e| name_of(e) != name.as_bytes());
+    }
+    env
 }
 
 /// Set inside the signal handler itself (before an interrupted host call

@@ -203,3 +203,67 @@ fn strace_matches_qemu() {
         assert_eq!(ours, reference, "strace of {} {args:?}", program.display());
     }
 }
+
+#[test]
+fn dynamic_programs_find_their_interpreter_through_the_prefix() {
+    let guest = fixture("dynamic/fileio");
+    let guest = guest.to_str().expect("utf-8 path");
+    // A prefix without the interpreter, on a host without it: one line
+    // naming the interpreter, status 1, before the guest starts.
+    let empty = std::env::temp_dir().join(format!("tcgkit-empty-prefix-{}", std::process::id()));
+    std::fs::create_dir_all(&empty).expect("make empty prefix");
+    if !Path::new("/lib/ld-linux-riscv64-lp64d.so.1").exists() {
+        let out = tcgkit(&["run", "-L", empty.to_str().expect("utf-8"), guest]);
+        assert_eq!(out.status.code(), Some(1));
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains("cannot load the program interpreter /lib/ld-linux-riscv64-lp64d.so.1"),
+            "{stderr}"
+        );
+        assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+        assert!(out.stdout.is_empty(), "the guest did not start");
+    }
+    let _ = std::fs::remove_dir(&empty);
+
+    let sysroot = "/usr/riscv64-linux-gnu";
+    if !Path::new(sysroot).join("lib/libc.so.6").exists() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{sysroot} is required under CI"
+        );
+        eprintln!("{sysroot} is missing: the dynamic runs are skipped");
+        return;
+    }
+    // QEMU_LD_PREFIX means what -L means.
+    let by_option = tcgkit(&["run", "-L", sysroot, guest, "one"]);
+    let by_env = Command::new(env!("CARGO_BIN_EXE_tcgkit"))
+        .args(["run", guest, "one"])
+        .env_clear()
+        .env("TCGKIT_FIXTURE", "cli")
+        .env("QEMU_LD_PREFIX", sysroot)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run tcgkit");
+    assert!(by_option.status.success(), "{}", text(&by_option.stderr));
+    assert!(by_env.status.success(), "{}", text(&by_env.stderr));
+    assert!(text(&by_option.stdout).starts_with("argc=2\nargv[1]=\"one\" (3)\n"));
+    assert_eq!(by_option.stdout, by_env.stdout);
+}
+
+#[test]
+fn bad_environment_assignment_is_a_usage_error() {
+    let guest = fixture("faults");
+    let out = tcgkit(&[
+        "run",
+        "-E",
+        "NOEQUALS",
+        guest.to_str().expect("utf-8"),
+        "exit=0",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("expected VAR=VALUE"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -85,12 +85,51 @@ fn execute(program: &str, pre_args: &[&str], guest: &Path, args: &[&str], stdin:
     }
 }
 
-/// Runs the fixture under both and compares stdout and status; `case`
-/// names the recorded reference.
+/// The sysroot of Debian's riscv64 glibc (`libc6-dev-riscv64-cross`),
+/// which both emulators get as `-L` for the dynamically linked fixtures.
+const SYSROOT: &str = "/usr/riscv64-linux-gnu";
+
+/// Whether the dynamically linked fixtures can run: they need the sysroot,
+/// which CI installs.
+fn sysroot_available() -> bool {
+    let found = Path::new(SYSROOT).join("lib/libc.so.6").exists();
+    if !found {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{SYSROOT} is required under CI (apt-get install libc6-dev-riscv64-cross)"
+        );
+        eprintln!("{SYSROOT} is missing: the dynamically linked fixtures are skipped");
+    }
+    found
+}
+
+/// Runs the fixture, statically linked and then dynamically linked (from
+/// `dynamic/`, with `-L` on both sides), under both emulators and compares
+/// stdout and status; `case` names the recorded reference (`dynamic_CASE`
+/// for the dynamic build).
 fn differential(case: &str, fixture: &str, args: &[&str], stdin: &[u8]) {
-    let guest = fixtures().join(fixture);
-    assert!(guest.exists(), "missing fixture {}", guest.display());
-    let ours = execute(env!("CARGO_BIN_EXE_tcgkit"), &["run"], &guest, args, stdin);
+    compare(case, &fixtures().join(fixture), &[], args, stdin);
+    if sysroot_available() {
+        let guest = fixtures().join("dynamic").join(fixture);
+        let case = format!("dynamic_{case}");
+        compare(&case, &guest, &["-L", SYSROOT], args, stdin);
+    }
+}
+
+/// One side-by-side run; `options` go before the guest on both command lines.
+fn compare(case: &str, guest: &Path, options: &[&str], args: &[&str], stdin: &[u8]) {
+    let fixture = guest.display();
+    assert!(guest.exists(), "missing fixture {fixture}");
+    let ours_options: Vec<&str> = std::iter::once("run")
+        .chain(options.iter().copied())
+        .collect();
+    let ours = execute(
+        env!("CARGO_BIN_EXE_tcgkit"),
+        &ours_options,
+        guest,
+        args,
+        stdin,
+    );
     let (stdout_file, status_file) = recorded(case);
     if !qemu_available() {
         let stdout = std::fs::read(&stdout_file).expect("recorded stdout");
@@ -103,7 +142,7 @@ fn differential(case: &str, fixture: &str, args: &[&str], stdin: &[u8]) {
         );
         return;
     }
-    let reference = execute(QEMU, &[], &guest, args, stdin);
+    let reference = execute(QEMU, options, guest, args, stdin);
     if std::env::var("TCGKIT_BLESS").as_deref() == Ok("1") {
         std::fs::create_dir_all(fixtures().join("expected")).expect("expected dir");
         std::fs::write(&stdout_file, &reference.stdout).expect("write recorded stdout");
@@ -244,4 +283,32 @@ fn signal_handlers() {
 #[test]
 fn no_fault() {
     differential("no_fault", "faults", &["none"], b"");
+}
+
+#[test]
+fn qemu_user_options_argv0_and_environment() {
+    // -0 replaces argv[0] (AT_EXECFN stays the path); -E sets or replaces
+    // a variable, -U removes one; both emulators get the same options.
+    let options = [
+        "-0",
+        "renamed",
+        "-E",
+        "TCGKIT_FIXTURE=from-E",
+        "-U",
+        "LC_ALL",
+    ];
+    compare(
+        "options_syscalls",
+        &fixtures().join("syscalls"),
+        &options,
+        &[],
+        b"",
+    );
+    compare(
+        "options_fileio",
+        &fixtures().join("fileio"),
+        &options,
+        &["x"],
+        b"a b\n",
+    );
 }

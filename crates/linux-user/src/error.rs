@@ -24,14 +24,17 @@ pub enum LoadError {
         /// The file's `e_type`.
         elf_type: u16,
     },
-    /// A dynamically linked executable: only static ones run for now.
-    #[error(
-        "dynamically linked executables are not supported (interpreter {interpreter}); link with -static"
-    )]
-    Dynamic {
-        /// The requested program interpreter.
-        interpreter: String,
+    /// The program interpreter (`PT_INTERP`) could not be loaded.
+    #[error("cannot load the program interpreter {path}: {source}")]
+    Interpreter {
+        /// The interpreter as the executable names it.
+        path: String,
+        /// Why it could not be loaded.
+        source: Box<LoadError>,
     },
+    /// The program interpreter itself asks for an interpreter.
+    #[error("the program interpreter is itself dynamically linked")]
+    InterpreterIsDynamic,
     /// A `PT_LOAD` segment that cannot be mapped.
     #[error("bad segment at {vaddr:#x}: {what}")]
     BadSegment {

@@ -1,10 +1,15 @@
-//! The Linux user-mode process model: run static RV64 Linux executables the
-//! way `qemu-riscv64` does.
+//! The Linux user-mode process model: run RV64 Linux executables, static or
+//! dynamically linked, the way `qemu-riscv64` does.
 //!
 //! [`Process::load`] reads the ELF executable through image-core, maps its
-//! `PT_LOAD` segments with their permissions and builds the initial stack as
-//! Linux does for RV64 (argc, argv, envp, then the auxiliary vector with
-//! `AT_PHDR`, `AT_ENTRY`, `AT_RANDOM`, `AT_HWCAP`, `AT_EXECFN`, ...).
+//! `PT_LOAD` segments with their permissions (a position-independent one at
+//! a load bias) and builds the initial stack as Linux does for RV64 (argc,
+//! argv, envp, then the auxiliary vector with `AT_PHDR`, `AT_ENTRY`,
+//! `AT_BASE`, `AT_RANDOM`, `AT_HWCAP`, `AT_EXECFN`, ...). A dynamically
+//! linked executable's interpreter (`PT_INTERP`, ld.so) is mapped in the
+//! mmap area and runs first; [`Options::prefix`] is qemu-user's `-L`: the
+//! interpreter and every absolute path the guest opens are looked up under
+//! it first (a cross sysroot such as `/usr/riscv64-linux-gnu`).
 //! [`Process::run`] executes it on tcg-core's engine with the riscv frontend
 //! and serves its Linux syscalls from the host (files, memory, time, ...).
 //! Sockets (Unix, IPv4, IPv6) are forwarded to the host. Unknown syscalls
@@ -55,6 +60,7 @@ mod error;
 mod fd;
 mod loader;
 mod mm;
+mod prefix;
 mod process;
 mod shared;
 mod sigframe;

@@ -1,5 +1,6 @@
-//! Loading a static RV64 ELF executable into guest memory and building the
-//! initial stack exactly the way Linux lays it out for RV64.
+//! Loading an RV64 ELF executable (and, for a dynamically linked one, its
+//! program interpreter) into guest memory and building the initial stack
+//! exactly the way Linux lays it out for RV64.
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
@@ -11,8 +12,8 @@ use crate::abi::auxv::*;
 use crate::abi::{CLOCK_TICKS, HWCAP_RV64GC};
 use crate::error::LoadError;
 use crate::mm::{
-    self, MAX_MAPPED_BYTES, STACK_BOTTOM, STACK_SIZE, STACK_TOP, TASK_UNMAPPED_BASE, page_down,
-    page_up,
+    self, ADDRESS_SPACE_END, MAX_MAPPED_BYTES, MMAP_BASE, STACK_BOTTOM, STACK_SIZE, STACK_TOP,
+    TASK_UNMAPPED_BASE, page_down, page_up,
 };
 
 /// `EM_RISCV`.
@@ -20,9 +21,21 @@ const EM_RISCV: u16 = 243;
 /// `ET_EXEC` and `ET_DYN`.
 const ET_EXEC: u16 = 2;
 const ET_DYN: u16 = 3;
-/// Where a static-pie is placed (Linux's `ELF_ET_DYN_BASE` for 64-bit is
-/// 2/3 of the address space; qemu picks a free spot; any free spot works).
+/// Where a position-independent main program is placed (Linux's
+/// `ELF_ET_DYN_BASE` for 64-bit is 2/3 of the address space; qemu picks a
+/// free spot; any free spot works).
 const PIE_BASE: u64 = 0x2a_aaaa_a000;
+
+/// Where an image goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Placement {
+    /// The main program: `ET_EXEC` at its own addresses, `ET_DYN` at
+    /// [`PIE_BASE`], below the stack and mmap area.
+    Program,
+    /// The program interpreter (ld.so): at the first free spot of the mmap
+    /// area, as Linux maps it with `mmap`.
+    Interpreter,
+}
 
 /// What the loader placed in memory.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,18 +54,34 @@ pub(crate) struct LoadedImage {
     /// bytes of the highest one (QEMU's `start_code`/`end_code`).
     pub(crate) start_code: u64,
     pub(crate) end_code: u64,
+    /// What was added to the file's addresses (0 for `ET_EXEC`).
+    pub(crate) bias: u64,
+    /// The lowest and one past the highest mapped address (page-aligned).
+    pub(crate) mapped: (u64, u64),
+    /// Where the program interpreter was loaded (`AT_BASE`; 0 without one).
+    pub(crate) interpreter_base: u64,
 }
 
-/// Maps the `PT_LOAD` segments of `image` into `mem`.
-pub(crate) fn load_image(image: &Image, mem: &mut GuestMemory) -> Result<LoadedImage, LoadError> {
+/// Maps the `PT_LOAD` segments of `image` into `mem`, placed as `placement` says.
+pub(crate) fn load_image(
+    image: &Image,
+    mem: &mut GuestMemory,
+    placement: Placement,
+) -> Result<LoadedImage, LoadError> {
     let elf = image.elf().ok_or(LoadError::NotElf)?;
-    check_header(elf)?;
-    let bias = if elf.elf_type == ET_DYN { PIE_BASE } else { 0 };
+    check_header(elf, placement)?;
+    let (bias, limit) = match (placement, elf.elf_type) {
+        (Placement::Program, ET_DYN) => (PIE_BASE, TASK_UNMAPPED_BASE),
+        (Placement::Program, _) => (0, TASK_UNMAPPED_BASE),
+        (Placement::Interpreter, ET_DYN) => (interpreter_bias(elf, mem)?, ADDRESS_SPACE_END),
+        (Placement::Interpreter, _) => (0, TASK_UNMAPPED_BASE),
+    };
     let file = image.bytes();
     let mut end = 0u64;
     let (mut start_code, mut end_code) = (u64::MAX, 0u64);
     let mut total = 0u64;
     let mut previous_end_page = 0u64;
+    let mut lowest = u64::MAX;
     for seg in &elf.segments {
         if seg.memsz == 0 {
             continue;
@@ -76,8 +105,12 @@ pub(crate) fn load_image(image: &Image, mem: &mut GuestMemory) -> Result<LoadedI
             .ok_or_else(|| bad("size overflows"))?;
         let start = page_down(vaddr);
         let stop = page_up(seg_end).ok_or_else(|| bad("size overflows"))?;
-        if stop > TASK_UNMAPPED_BASE {
-            return Err(bad("segment reaches the stack and mmap area"));
+        if stop > limit {
+            return Err(bad(if limit == TASK_UNMAPPED_BASE {
+                "segment reaches the stack and mmap area"
+            } else {
+                "segment lies outside the address space"
+            }));
         }
         total = total.saturating_add(stop - start);
         if total > MAX_MAPPED_BYTES {
@@ -105,6 +138,7 @@ pub(crate) fn load_image(image: &Image, mem: &mut GuestMemory) -> Result<LoadedI
         mem.write_initial(start, data)
             .map_err(|e| bad(&format!("cannot write: {e}")))?;
         previous_end_page = stop;
+        lowest = lowest.min(start);
         end = end.max(seg_end);
         if seg.flags.execute {
             start_code = start_code.min(vaddr);
@@ -128,22 +162,52 @@ pub(crate) fn load_image(image: &Image, mem: &mut GuestMemory) -> Result<LoadedI
         // The entry is in an executable segment, so there is one.
         start_code,
         end_code,
+        bias,
+        // `end` > 0, so some segment was mapped and `lowest` is real.
+        mapped: (lowest, page_up(end).unwrap_or(end)),
+        interpreter_base: 0,
     })
 }
 
-fn check_header(elf: &ElfInfo) -> Result<(), LoadError> {
+fn check_header(elf: &ElfInfo, placement: Placement) -> Result<(), LoadError> {
     if elf.class != ElfClass::Elf64 || !elf.little_endian || elf.machine != EM_RISCV {
         return Err(LoadError::WrongArchitecture {
             machine: elf.machine,
         });
     }
-    match (elf.elf_type, elf.linkage) {
-        (_, Linkage::Dynamic) => Err(LoadError::Dynamic {
-            interpreter: elf.interpreter.clone().unwrap_or_default(),
-        }),
-        (ET_EXEC, _) | (ET_DYN, Linkage::StaticPie) => Ok(()),
-        (other, _) => Err(LoadError::NotExecutable { elf_type: other }),
+    match (placement, elf.elf_type, elf.linkage) {
+        // Linux refuses an interpreter that asks for one itself.
+        (Placement::Interpreter, _, Linkage::Dynamic) => Err(LoadError::InterpreterIsDynamic),
+        (_, ET_EXEC | ET_DYN, _) => Ok(()),
+        (_, other, _) => Err(LoadError::NotExecutable { elf_type: other }),
     }
+}
+
+/// A free spot in the mmap area for the interpreter's whole span (its
+/// segments keep their distances, so they are placed as one block).
+fn interpreter_bias(elf: &ElfInfo, mem: &GuestMemory) -> Result<u64, LoadError> {
+    let loads = elf.segments.iter().filter(|s| s.memsz > 0);
+    let low = loads.clone().map(|s| page_down(s.vaddr)).min();
+    let high = loads
+        .map(|s| s.vaddr.checked_add(s.memsz).and_then(page_up))
+        .try_fold(0u64, |top, end| end.map(|e| top.max(e)));
+    let (Some(low), Some(high)) = (low, high) else {
+        return Err(LoadError::NoSegments);
+    };
+    let span = high - low;
+    if span > MAX_MAPPED_BYTES {
+        return Err(LoadError::BadSegment {
+            vaddr: low,
+            what: "segments are larger than the guest memory limit".to_string(),
+        });
+    }
+    let at = mem
+        .find_free(span, MMAP_BASE, ADDRESS_SPACE_END)
+        .ok_or_else(|| LoadError::BadSegment {
+            vaddr: low,
+            what: "no room in the address space".to_string(),
+        })?;
+    Ok(at.wrapping_sub(low))
 }
 
 /// Where the program headers are in memory: inside the segment that maps
@@ -237,7 +301,7 @@ pub(crate) fn build_stack(
         (AT_PHENT, loaded.phent),
         (AT_PHNUM, loaded.phnum),
         (AT_PAGESZ, PAGE_SIZE),
-        (AT_BASE, 0),
+        (AT_BASE, loaded.interpreter_base),
         (AT_FLAGS, 0),
         (AT_ENTRY, loaded.entry),
         (AT_UID, u64::from(creds.uid)),

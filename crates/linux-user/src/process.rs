@@ -3,7 +3,7 @@
 
 use std::ffi::OsString;
 use std::io::Write as _;
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
 use tcgkit_image_core::Image;
@@ -12,8 +12,9 @@ use tcgkit_tcg_core::{CpuExit, Engine, GuestMemory, MemFaultKind};
 
 use crate::error::LoadError;
 use crate::fd::FdTable;
-use crate::loader::{self, Credentials};
+use crate::loader::{self, Credentials, Placement};
 use crate::mm::AddressSpace;
+use crate::prefix::PathPrefix;
 use crate::sigframe;
 use crate::signal::Signal;
 use crate::strace::{self, SignalCause};
@@ -66,12 +67,22 @@ pub trait SyscallObserver: Send {
 pub struct Options {
     /// Print each syscall on stderr like `qemu-riscv64 -strace`.
     pub strace: bool,
+    /// qemu-user's `-L` (`QEMU_LD_PREFIX`): absolute paths the guest opens,
+    /// its program interpreter first, are looked up under this directory
+    /// before the host's own.
+    pub prefix: Option<PathBuf>,
 }
 
 impl Options {
     /// Options with `strace` set as given.
     pub fn with_strace(mut self, strace: bool) -> Options {
         self.strace = strace;
+        self
+    }
+
+    /// Options with the guest path prefix set as given.
+    pub fn with_prefix(mut self, prefix: Option<PathBuf>) -> Options {
+        self.prefix = prefix;
         self
     }
 }
@@ -110,7 +121,7 @@ impl std::fmt::Debug for Process {
 }
 
 impl Process {
-    /// Loads the static RV64 executable at `path`. `args` is the complete
+    /// Loads the RV64 executable at `path`. `args` is the complete
     /// argv (`argv[0]` included, as the guest will see it) and `env` the
     /// environment as `NAME=value` strings. Guest descriptors 0-2 are the
     /// host's stdin, stdout and stderr.
@@ -130,8 +141,36 @@ impl Process {
         args: &[OsString],
         env: &[OsString],
     ) -> Result<Process, LoadError> {
+        Process::from_image_with_options(image, path, args, env, Options::default())
+    }
+
+    /// Like [`Process::from_image`], with options that take effect from the
+    /// start: a dynamically linked executable's interpreter (`PT_INTERP`) is
+    /// looked up through [`Options::prefix`], loaded at a free spot of the
+    /// mmap area, and run first, with `AT_BASE` naming it.
+    pub fn from_image_with_options(
+        image: &Image,
+        path: &Path,
+        args: &[OsString],
+        env: &[OsString],
+        options: Options,
+    ) -> Result<Process, LoadError> {
         let mut mem = GuestMemory::new();
-        let loaded = loader::load_image(image, &mut mem)?;
+        let prefix = PathPrefix::new(options.prefix.as_deref());
+        let mut loaded = loader::load_image(image, &mut mem, Placement::Program)?;
+        let mut start = loaded.entry;
+        if let Some(interpreter) = image.elf().and_then(|elf| elf.interpreter.as_deref()) {
+            let failed = |source: LoadError| LoadError::Interpreter {
+                path: interpreter.to_string(),
+                source: Box::new(source),
+            };
+            let host = PathBuf::from(OsString::from_vec(prefix.resolve(interpreter.as_bytes())));
+            let interp_image = Image::open(&host).map_err(|e| failed(e.into()))?;
+            let interp = loader::load_image(&interp_image, &mut mem, Placement::Interpreter)
+                .map_err(failed)?;
+            loaded.interpreter_base = interp.bias;
+            start = interp.entry;
+        }
         let mut random = [0u8; 16];
         // AT_RANDOM seeds the guest's stack protector and pointer guard; a
         // failing host RNG is not worth refusing to start over.
@@ -145,7 +184,7 @@ impl Process {
         let execfn = path.as_os_str().as_bytes();
         let sp = loader::build_stack(&mut mem, &loaded, execfn, args, env, random, creds)?;
         let mut cpu = Cpu::new();
-        cpu.set_pc(loaded.entry);
+        cpu.set_pc(start);
         cpu.set_x(2, sp);
         let exe_path = std::fs::canonicalize(path).unwrap_or_else(|_| PathBuf::from(path));
         let space = AddressSpace::new(loader::heap_start(&loaded));
@@ -153,8 +192,8 @@ impl Process {
             engine: Engine::new(Rv64::new()),
             cpu,
             mem,
-            kernel: Kernel::new(FdTable::with_stdio(), space, exe_path),
-            options: Options::default(),
+            kernel: Kernel::new(FdTable::with_stdio(), space, exe_path, prefix),
+            options,
             observer: None,
             initial_sp: sp,
             layout: ProgramLayout {
@@ -170,8 +209,11 @@ impl Process {
         self.layout
     }
 
-    /// Sets the options.
+    /// Sets the options. The program interpreter was found at load time:
+    /// give a prefix to [`Process::from_image_with_options`] for it to
+    /// apply there too; here it applies to the paths the guest opens.
     pub fn with_options(mut self, options: Options) -> Process {
+        self.kernel.set_prefix(PathPrefix::new(options.prefix.as_deref()));
         self.options = options;
         self
     }

@@ -4,7 +4,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use tcgkit_linux_user::{GuestExit, LoadError, Process, ProgramLayout, abi::auxv::*};
+use tcgkit_linux_user::{GuestExit, LoadError, Options, Process, ProgramLayout, abi::auxv::*};
 use tcgkit_tcg_core::GuestMemory;
 
 fn fixture(name: &str) -> PathBuf {
@@ -328,4 +328,110 @@ fn layout_reports_the_code_segment_and_entry_as_qemu_does() {
             "{name}: {layout:x?}"
         );
     }
+}
+
+/// The auxiliary vector at `sp` (after argc, argv and envp) as pairs.
+fn auxv_at(mem: &mut GuestMemory, sp: u64) -> Vec<(u64, u64)> {
+    let argc = word(mem, sp);
+    let mut at = sp + 8 * (argc + 2);
+    while word(mem, at) != 0 {
+        at += 8;
+    }
+    at += 8;
+    let mut auxv = Vec::new();
+    while word(mem, at) != AT_NULL && auxv.len() < 64 {
+        auxv.push((word(mem, at), word(mem, at + 8)));
+        at += 16;
+    }
+    auxv
+}
+
+/// A prefix directory whose `/lib/ld-linux-riscv64-lp64d.so.1` is `interpreter`.
+fn prefix_with_interpreter(name: &str, interpreter: &Path) -> PathBuf {
+    let root = std::env::temp_dir().join(format!("tcgkit-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(root.join("lib")).expect("make prefix");
+    std::fs::copy(interpreter, root.join("lib/ld-linux-riscv64-lp64d.so.1"))
+        .expect("copy interpreter");
+    root
+}
+
+#[test]
+fn dynamic_programs_start_in_their_interpreter_with_linux_auxv() {
+    let sysroot = Path::new("/usr/riscv64-linux-gnu");
+    if !sysroot.join("lib/libc.so.6").exists() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI installs the sysroot"
+        );
+        eprintln!("no riscv64 sysroot: skipped");
+        return;
+    }
+    let path = fixture("dynamic/integer");
+    let image = tcgkit_image_core::Image::open(&path).expect("open");
+    let main_entry = image.elf().expect("elf").entry;
+    let options = Options::default().with_prefix(Some(sysroot.to_path_buf()));
+    let mut process =
+        Process::from_image_with_options(&image, &path, &os(&["integer"]), &[], options.clone())
+            .expect("load");
+    let pc = process.cpu().pc();
+    let sp = process.initial_stack_pointer();
+    let layout = process.layout();
+    let mem = process.memory();
+    let auxv = auxv_at(mem, sp);
+    let get = |k: u64| auxv.iter().find(|p| p.0 == k).map(|p| p.1).expect("key");
+    let base = get(AT_BASE);
+    assert!(base != 0 && base % 4096 == 0, "AT_BASE {base:#x}");
+    assert_eq!(mem.load(base, 4).expect("interpreter header"), 0x464c_457f);
+    let interp = tcgkit_image_core::Image::open(&sysroot.join("lib/ld-linux-riscv64-lp64d.so.1"))
+        .expect("open ld.so");
+    assert_eq!(
+        pc,
+        base + interp.elf().expect("elf").entry,
+        "starts in ld.so"
+    );
+    // The main program (a PIE) is placed with a bias; AT_ENTRY and the
+    // layout plugins see are its entry, not the interpreter's.
+    assert_eq!(get(AT_ENTRY), layout.entry);
+    let bias = get(AT_ENTRY) - main_entry;
+    assert!(bias != 0 && bias % 4096 == 0, "bias {bias:#x}");
+    assert!(layout.start_code >= bias && layout.start_code < base);
+    let phdr = get(AT_PHDR);
+    assert_eq!(phdr, bias + image.elf().expect("elf").phoff);
+    assert_eq!(mem.load(phdr, 4).expect("phdr"), 6, "PT_PHDR comes first");
+    let mut process =
+        Process::from_image_with_options(&image, &path, &os(&["integer"]), &[], options)
+            .expect("load");
+    assert_eq!(process.run(), GuestExit::Exited(0));
+}
+
+#[test]
+fn bad_interpreters_get_clear_errors() {
+    let guest = fixture("dynamic/faults");
+    let args = os(&["faults"]);
+    // An interpreter that asks for an interpreter itself.
+    let root = prefix_with_interpreter("dyn-interp", &guest);
+    let image = tcgkit_image_core::Image::open(&guest).expect("open");
+    let options = Options::default().with_prefix(Some(root.clone()));
+    let err =
+        Process::from_image_with_options(&image, &guest, &args, &[], options).expect_err("refused");
+    assert!(
+        matches!(&err, LoadError::Interpreter { path, source }
+            if path == "/lib/ld-linux-riscv64-lp64d.so.1"
+                && matches!(**source, LoadError::InterpreterIsDynamic)),
+        "{err:?}"
+    );
+    std::fs::remove_dir_all(&root).expect("clean up");
+    // An interpreter for another machine (this test binary).
+    let host = std::env::current_exe().expect("test binary");
+    let root = prefix_with_interpreter("host-interp", &host);
+    let options = Options::default().with_prefix(Some(root.clone()));
+    let err =
+        Process::from_image_with_options(&image, &guest, &args, &[], options).expect_err("refused");
+    let text = err.to_string();
+    assert!(
+        text.starts_with("cannot load the program interpreter /lib/ld-linux-riscv64-lp64d.so.1: ")
+            && text.contains("not a 64-bit little-endian RISC-V executable"),
+        "{text}"
+    );
+    std::fs::remove_dir_all(&root).expect("clean up");
 }

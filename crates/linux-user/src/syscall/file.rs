@@ -144,14 +144,15 @@ impl Kernel {
         }
     }
 
-    /// A guest path, with `/proc/self/exe` naming the guest executable (as
-    /// qemu does) rather than the emulator.
+    /// A guest path as the host names it: `/proc/self/exe` is the guest
+    /// executable (as qemu does) rather than the emulator, and an absolute
+    /// path is looked up under the `-L` prefix first.
     fn host_path(&self, mem: &mut GuestMemory, addr: u64) -> Result<Vec<u8>, i32> {
         let path = guest_path(mem, addr)?;
         if path == b"/proc/self/exe" {
             return Ok(self.exe_path.as_os_str().as_bytes().to_vec());
         }
-        Ok(path)
+        Ok(self.prefix.resolve(&path))
     }
 
     pub(super) fn read(
@@ -557,6 +558,7 @@ impl Kernel {
         let target = if path == b"/proc/self/exe" {
             self.exe_path.as_os_str().as_bytes().to_vec()
         } else {
+            let path = self.prefix.resolve(&path);
             let dir = self.dirfd(dirfd)?;
             rustix::fs::readlinkat(dir, path.as_slice(), Vec::new())
                 .map_err(host_errno)?

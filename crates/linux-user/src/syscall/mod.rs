@@ -18,6 +18,7 @@ use tcgkit_tcg_core::GuestMemory;
 use crate::abi::{errno, nr};
 use crate::fd::FdTable;
 use crate::mm::{AddressSpace, CodeChange};
+use crate::prefix::PathPrefix;
 use crate::shared::SharedMaps;
 use crate::signal::Signal;
 
@@ -53,6 +54,8 @@ pub(crate) struct Kernel {
     shared: SharedMaps,
     /// Absolute host path of the executable (what `/proc/self/exe` names).
     pub(crate) exe_path: PathBuf,
+    /// Where absolute guest paths are looked up first (`-L`).
+    prefix: PathPrefix,
     /// Ranges whose translated code the engine must drop.
     pub(crate) code_changes: Vec<(u64, u64)>,
     /// Raw `struct sigaction` of each signal as the guest set it, 1..=64
@@ -74,12 +77,18 @@ pub(crate) struct Kernel {
 }
 
 impl Kernel {
-    pub(crate) fn new(fds: FdTable, space: AddressSpace, exe_path: PathBuf) -> Kernel {
+    pub(crate) fn new(
+        fds: FdTable,
+        space: AddressSpace,
+        exe_path: PathBuf,
+        prefix: PathPrefix,
+    ) -> Kernel {
         Kernel {
             fds,
             space,
             shared: SharedMaps::default(),
             exe_path,
+            prefix,
             code_changes: Vec::new(),
             sigactions: vec![[0; SIGACTION_SIZE]; 65],
             sigmask: 0,
@@ -91,6 +100,11 @@ impl Kernel {
             altstack: [0, 2, 0],
             thread_name: Vec::new(),
         }
+    }
+
+    /// Replaces the `-L` prefix of guest paths.
+    pub(crate) fn set_prefix(&mut self, prefix: PathPrefix) {
+        self.prefix = prefix;
     }
 
     /// Runs syscall `number` with `args`.

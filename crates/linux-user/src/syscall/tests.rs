@@ -27,6 +27,7 @@ impl Setup {
             FdTable::empty(MAX_FDS),
             AddressSpace::new(0x40_000),
             PathBuf::from("/guest/exe"),
+            crate::prefix::PathPrefix::default(),
         );
         Setup { kernel, mem }
     }
