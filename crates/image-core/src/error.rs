@@ -40,6 +40,24 @@ pub enum ImageError {
         /// Bytes actually available from `offset`.
         available: u64,
     },
+    /// A field of the ELF file header (`e_ident` or the `e_*` fields) has a
+    /// value no ELF loader accepts.
+    ///
+    /// A program header table that starts outside the file is reported as
+    /// `e_phoff`; one that starts inside but runs past the end, as `e_phnum`.
+    #[error(
+        "invalid ELF header field {field} at offset {offset:#x}: {value} (expected {expected})"
+    )]
+    InvalidField {
+        /// The field's name as the ELF specification spells it, e.g. `e_version`.
+        field: &'static str,
+        /// File offset of the field.
+        offset: u64,
+        /// The value found.
+        value: u64,
+        /// What a valid file has there.
+        expected: &'static str,
+    },
     /// A structure has an invalid value.
     #[error("malformed image at offset {offset:#x}: {what}")]
     Malformed {

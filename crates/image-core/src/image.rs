@@ -31,17 +31,18 @@ struct Cli {
     assembly: Option<AssemblyName>,
 }
 
+/// Both boxed so an `Image`, which the registry moves by value, stays small.
 #[derive(Debug)]
 enum Kind {
     Cli(Box<Cli>),
-    Elf(ElfInfo),
+    Elf(Box<ElfInfo>),
 }
 
 /// One opened image: a .NET assembly/module or an ELF executable.
 ///
 /// Opening parses and validates the headers (PE, CLI header, metadata root,
-/// streams, table layout, the Module and Assembly rows; or the ELF header
-/// and program headers). Everything else (references, debug directory,
+/// streams, table layout, the Module and Assembly rows; or the ELF header,
+/// program headers and the dynamic section's names). Everything else (references, debug directory,
 /// other rows) is read lazily and borrows from the image's bytes.
 ///
 /// `Image` is `Send + Sync` and immutable once opened.
@@ -73,7 +74,7 @@ impl Image {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         let (kind, name) = if data.starts_with(b"\x7fELF") {
-            (Kind::Elf(elf::parse(data)?), file_name)
+            (Kind::Elf(Box::new(elf::parse(data)?)), file_name)
         } else if data.starts_with(b"MZ") {
             let cli = parse_cli(data)?;
             let name = match &cli.assembly {

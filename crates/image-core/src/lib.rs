@@ -6,8 +6,14 @@
 //!   header), read as Mono reads them: metadata root, streams, tables,
 //!   the Module / Assembly / AssemblyRef rows, and the PE debug directory
 //!   (CodeView PDB signature, age and path).
-//! * **ELF executables**, read as qemu-user reads them: class, machine,
-//!   entry point, `PT_LOAD` segments and the GNU build-id.
+//! * **ELF executables and shared objects**, read as qemu-user and the
+//!   dynamic loader read them: class, machine, entry point, `PT_LOAD`
+//!   segments, the GNU build-id ([`Image::build_id`]) and, from
+//!   `PT_DYNAMIC`, the `DT_SONAME` and `DT_NEEDED` names
+//!   ([`ElfInfo::soname`], [`ElfInfo::needed`]). A header field no loader
+//!   accepts (class, byte order, versions, type, machine, header and
+//!   program header sizes, a program header table outside the file) is
+//!   refused as [`ImageError::InvalidField`], naming the field and its offset.
 //!
 //! On top of images sits an [`ImageRegistry`]: refcounted handles,
 //! reference resolution through search paths, cascading unload, and
@@ -54,6 +60,16 @@
 //! assert_eq!((elf.machine, elf.entry), (243, 0x1017c));
 //! let text = tiny.segment_data(&elf.segments[0])?;
 //! assert_eq!(&text[..4], b"\x7fELF");
+//! assert!(elf.soname.is_none() && elf.needed.is_empty());
+//!
+//! // A header field no loader accepts is refused by name and offset.
+//! let mut bytes = tiny.bytes().to_vec();
+//! bytes[20] = 0; // e_version
+//! let err = Image::from_bytes(bytes).unwrap_err();
+//! assert_eq!(
+//!     err.to_string(),
+//!     "invalid ELF header field e_version at offset 0x14: 0 (expected 1)"
+//! );
 //!
 //! // Anything that is neither PE/CLI nor ELF is a typed error, not a panic.
 //! let err = Image::from_bytes(b"not an image".to_vec()).unwrap_err();
