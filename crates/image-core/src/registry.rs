@@ -530,17 +530,34 @@ impl ImageRegistry {
     /// Releases `handle` now. If it was the image's last reference the image
     /// unloads (with its cascade) before this returns.
     pub fn close(&mut self, handle: ImageHandle) -> Result<(), RegistryError> {
+        self.close_retiring(handle, |_| {})
+    }
+
+    /// Like [`close`](Self::close), and `retire` runs for every image this
+    /// call unloads, after its `unloading` (and its cascade's complete
+    /// unloads) and before its `unloaded`: where an embedder drops what
+    /// points into the image (an emulator's translated code, say) while the
+    /// image is still alive and before any observer hears it is gone.
+    pub fn close_retiring(
+        &mut self,
+        handle: ImageHandle,
+        mut retire: impl FnMut(&LoadedImage<'_>),
+    ) -> Result<(), RegistryError> {
         if handle.token.registry != self.serial {
             return Err(RegistryError::ForeignHandle);
         }
         drop(handle);
-        self.release_dropped();
+        self.release_dropped_retiring(&mut retire);
         Ok(())
     }
 
     /// Processes handles dropped since the last registry operation,
     /// unloading images that lost their last reference.
     pub fn release_dropped(&mut self) {
+        self.release_dropped_retiring(&mut |_| {});
+    }
+
+    fn release_dropped_retiring(&mut self, retire: &mut dyn FnMut(&LoadedImage<'_>)) {
         loop {
             let batch =
                 std::mem::take(&mut *self.releases.lock().unwrap_or_else(PoisonError::into_inner));
@@ -558,7 +575,7 @@ impl ImageRegistry {
                 }
                 entry.external = None;
                 if entry.held_by == 0 {
-                    self.unload(id);
+                    self.unload(id, retire);
                 }
             }
         }
@@ -1019,7 +1036,7 @@ impl ImageRegistry {
     /// get borrows of it, and it is dropped only after its `unloaded`
     /// callbacks returned. No other order can be written: nothing else owns
     /// the entry any more.
-    fn unload(&mut self, id: ImageId) {
+    fn unload(&mut self, id: ImageId, retire: &mut dyn FnMut(&LoadedImage<'_>)) {
         let Some(first) = self.detach(id) else { return };
         let mut stack = vec![first];
         while let Some(top) = stack.last_mut() {
@@ -1047,6 +1064,7 @@ impl ImageRegistry {
                     id: done.id,
                     entry: &done.entry,
                 };
+                retire(&view);
                 for observer in &mut self.observers {
                     observer.unloaded(&view);
                 }
@@ -1095,7 +1113,7 @@ impl Drop for ImageRegistry {
             .find(|(_, e)| e.held_by == 0)
             .map(|(&id, _)| id)
         {
-            self.unload(root);
+            self.unload(root, &mut |_| {});
         }
         // Counted references are acyclic, so the loop above empties the
         // table; anything left would be a bookkeeping bug, released silently.

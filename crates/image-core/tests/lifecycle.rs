@@ -184,6 +184,56 @@ fn last_close_unloads_nested_in_reverse_reference_order() {
 }
 
 #[test]
+fn retire_runs_for_each_unloaded_image_between_its_unloading_and_unloaded() {
+    let (mut registry, recorder) = registry();
+    let root = registry.load(&fixture("Root.dll")).expect("Root loads");
+    recorder.take_texts();
+    // Each retire sees the image alive and notes how many events came before.
+    let mut retired: Vec<(String, usize)> = Vec::new();
+    registry
+        .close_retiring(root, |view| {
+            retired.push((view.image().name().to_string(), recorder.events().len()));
+        })
+        .expect("own handle");
+    let mut texts = recorder.take_texts();
+    for (name, at) in retired.iter().rev() {
+        texts.insert(*at, format!("retire {name}"));
+    }
+    assert_eq!(
+        texts,
+        [
+            "unloading Root",
+            "unloading Versioned",
+            "retire Versioned",
+            "unloaded Versioned",
+            "unloading Right",
+            "retire Right",
+            "unloaded Right",
+            "unloading Left",
+            "unloading Shared",
+            "retire Shared",
+            "unloaded Shared",
+            "retire Left",
+            "unloaded Left",
+            "retire Root",
+            "unloaded Root",
+        ]
+    );
+    // A plain close of an image still held elsewhere retires nothing.
+    let a = registry.load(&fixture("Root.dll")).expect("Root loads");
+    let b = registry.load(&fixture("Root.dll")).expect("Root again");
+    let mut calls = 0;
+    registry
+        .close_retiring(a, |_| calls += 1)
+        .expect("own handle");
+    assert_eq!(calls, 0, "b still holds Root");
+    registry
+        .close_retiring(b, |_| calls += 1)
+        .expect("own handle");
+    assert_eq!(calls, 5, "Root and its four references");
+}
+
+#[test]
 fn observers_read_the_same_live_data_in_every_callback() {
     let (mut registry, recorder) = registry();
     let handles: Vec<ImageHandle> = ["ClrLoader.dll", "Root.dll", "Alpha.dll"]
