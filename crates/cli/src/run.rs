@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use tcgkit_image_core::ImageRegistry;
+use tcgkit_image_core::{Image, ImageRegistry};
 use tcgkit_linux_user::{GuestExit, Options, Process, SyscallObserver};
 use tcgkit_plugin_api::{
     GuestInfo, GuestProgram, PluginHost, PluginLifecycle, PluginRegistry, SymbolTable,
@@ -159,28 +159,26 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let prefix = args
         .prefix
         .or_else(|| std::env::var_os("QEMU_LD_PREFIX").map(PathBuf::from));
-    // The executable is opened through a registry, so a trace sees it load
-    // and unload like any other image.
     let trace = args.trace.open()?.map(std::sync::Arc::new);
     if let Some(session) = &trace {
         finish_trace_on_interrupt(std::sync::Arc::clone(session))?;
     }
-    let mut registry = ImageRegistry::new();
-    if let Some(session) = &trace {
-        registry.add_observer(session.image_observer());
-    }
-    let handle = registry
-        .load(&guest)
-        .map_err(|e| anyhow::anyhow!("cannot run {}: {e}", guest.display()))?;
-    let image = registry
-        .image(handle.id())
-        .context("the registry lost the image it just loaded")?
-        .image();
+    let image =
+        Image::open(&guest).map_err(|e| anyhow::anyhow!("cannot run {}: {e}", guest.display()))?;
+    let image = &image;
     let options = Options::default()
         .with_strace(args.strace)
         .with_prefix(prefix);
     let mut process = Process::from_image_with_options(image, &guest, &argv, &env, options)
         .map_err(|e| anyhow::anyhow!("cannot run {}: {e}", guest.display()))?;
+    // Every module the guest maps (the program, ld.so, its libraries,
+    // what it dlopens) is an image in this registry, so a trace sees each
+    // one load and unload.
+    let mut modules = ImageRegistry::new();
+    if let Some(session) = &trace {
+        modules.add_observer(session.image_observer());
+    }
+    process.set_module_registry(modules);
     let plugins = if args.plugins.is_empty() {
         None
     } else {
@@ -305,10 +303,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             Event::ProcessExit(ProcessExit { status })
         });
     }
-    // Unload the executable (its unload span closes the trace's story), then
-    // complete the trace before this process possibly dies by the guest's
-    // signal, which would skip destructors.
-    registry.close(handle).context("closing the guest image")?;
+    // The modules were unloaded when the guest ended; complete the trace
+    // before this process possibly dies by the guest's signal, which would
+    // skip destructors.
     if let Some(session) = &trace {
         session.finish().context("finishing the trace")?;
     }

@@ -60,6 +60,7 @@ mod error;
 mod fd;
 mod loader;
 mod mm;
+mod modules;
 mod prefix;
 mod process;
 mod shared;
@@ -69,5 +70,6 @@ mod strace;
 mod syscall;
 
 pub use error::LoadError;
+pub use modules::{Module, ModuleObserver};
 pub use process::{GuestExit, Options, Process, ProgramLayout, SyscallObserver};
 pub use signal::Signal;

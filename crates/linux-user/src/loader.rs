@@ -60,6 +60,8 @@ pub(crate) struct LoadedImage {
     pub(crate) mapped: (u64, u64),
     /// Where the program interpreter was loaded (`AT_BASE`; 0 without one).
     pub(crate) interpreter_base: u64,
+    /// The executable segments' page ranges.
+    pub(crate) exec_ranges: Vec<(u64, u64)>,
 }
 
 /// Maps the `PT_LOAD` segments of `image` into `mem`, placed as `placement` says.
@@ -82,6 +84,7 @@ pub(crate) fn load_image(
     let mut total = 0u64;
     let mut previous_end_page = 0u64;
     let mut lowest = u64::MAX;
+    let mut exec_ranges = Vec::new();
     for seg in &elf.segments {
         if seg.memsz == 0 {
             continue;
@@ -141,6 +144,7 @@ pub(crate) fn load_image(
         lowest = lowest.min(start);
         end = end.max(seg_end);
         if seg.flags.execute {
+            exec_ranges.push((start, stop));
             start_code = start_code.min(vaddr);
             // vaddr + filesz <= seg_end, checked above.
             end_code = end_code.max(vaddr + seg.filesz);
@@ -166,6 +170,7 @@ pub(crate) fn load_image(
         // `end` > 0, so some segment was mapped and `lowest` is real.
         mapped: (lowest, page_up(end).unwrap_or(end)),
         interpreter_base: 0,
+        exec_ranges,
     })
 }
 

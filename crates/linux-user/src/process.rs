@@ -6,7 +6,7 @@ use std::io::Write as _;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
-use tcgkit_image_core::Image;
+use tcgkit_image_core::{Image, ImageRegistry};
 use tcgkit_riscv::{Cpu, Rv64};
 use tcgkit_tcg_core::{CpuExit, Engine, GuestMemory, MemFaultKind};
 
@@ -14,6 +14,7 @@ use crate::error::LoadError;
 use crate::fd::FdTable;
 use crate::loader::{self, Credentials, Placement};
 use crate::mm::AddressSpace;
+use crate::modules::{Module, ModuleObserver, ModuleSet};
 use crate::prefix::PathPrefix;
 use crate::sigframe;
 use crate::signal::Signal;
@@ -105,6 +106,7 @@ pub struct Process {
     cpu: Cpu,
     mem: GuestMemory,
     kernel: Kernel,
+    modules: ModuleSet,
     options: Options,
     observer: Option<Box<dyn SyscallObserver>>,
     initial_sp: u64,
@@ -159,17 +161,21 @@ impl Process {
         let prefix = PathPrefix::new(options.prefix.as_deref());
         let mut loaded = loader::load_image(image, &mut mem, Placement::Program)?;
         let mut start = loaded.entry;
-        if let Some(interpreter) = image.elf().and_then(|elf| elf.interpreter.as_deref()) {
+        let mut interpreter = None;
+        if let Some(interpreter_path) = image.elf().and_then(|elf| elf.interpreter.as_deref()) {
             let failed = |source: LoadError| LoadError::Interpreter {
-                path: interpreter.to_string(),
+                path: interpreter_path.to_string(),
                 source: Box::new(source),
             };
-            let host = PathBuf::from(OsString::from_vec(prefix.resolve(interpreter.as_bytes())));
+            let host = PathBuf::from(OsString::from_vec(
+                prefix.resolve(interpreter_path.as_bytes()),
+            ));
             let interp_image = Image::open(&host).map_err(|e| failed(e.into()))?;
             let interp = loader::load_image(&interp_image, &mut mem, Placement::Interpreter)
                 .map_err(failed)?;
             loaded.interpreter_base = interp.bias;
             start = interp.entry;
+            interpreter = Some((host, interp));
         }
         let mut random = [0u8; 16];
         // AT_RANDOM seeds the guest's stack protector and pointer guard; a
@@ -188,11 +194,25 @@ impl Process {
         cpu.set_x(2, sp);
         let exe_path = std::fs::canonicalize(path).unwrap_or_else(|_| PathBuf::from(path));
         let space = AddressSpace::new(loader::heap_start(&loaded));
+        let mut kernel = Kernel::new(FdTable::with_stdio(), space, exe_path.clone(), prefix);
+        // The program and its interpreter are the first modules; they are
+        // loaded into the module registry when the process first runs.
+        let mut loaded_modules = vec![(exe_path, loaded.clone())];
+        loaded_modules.extend(interpreter);
+        for (path, image) in loaded_modules {
+            let key = rustix::fs::stat(&path)
+                .ok()
+                .map(|st| crate::modules::file_key(&st));
+            kernel
+                .modules
+                .add_loaded(&path, key, image.mapped, image.exec_ranges);
+        }
         Ok(Process {
             engine: Engine::new(Rv64::new()),
             cpu,
             mem,
-            kernel: Kernel::new(FdTable::with_stdio(), space, exe_path, prefix),
+            kernel,
+            modules: ModuleSet::default(),
             options,
             observer: None,
             initial_sp: sp,
@@ -213,7 +233,8 @@ impl Process {
     /// give a prefix to [`Process::from_image_with_options`] for it to
     /// apply there too; here it applies to the paths the guest opens.
     pub fn with_options(mut self, options: Options) -> Process {
-        self.kernel.set_prefix(PathPrefix::new(options.prefix.as_deref()));
+        self.kernel
+            .set_prefix(PathPrefix::new(options.prefix.as_deref()));
         self.options = options;
         self
     }
@@ -248,15 +269,54 @@ impl Process {
         &mut self.engine
     }
 
+    /// Puts the guest's modules (every ELF file it maps executable: the
+    /// program, its interpreter, the shared objects ld.so maps) into
+    /// `registry`, whose observers then see each one load when it is
+    /// mapped and unload when its last executable mapping goes (and all of
+    /// them, the last loaded first, when the process ends). Set it before
+    /// [`Process::run`]: modules held already move over (unloaded from the
+    /// previous registry, loaded into this one).
+    pub fn set_module_registry(&mut self, registry: ImageRegistry) {
+        let again = self.modules.replace_registry(registry, &mut self.engine);
+        self.kernel.modules.changes.splice(0..0, again);
+    }
+
+    /// The registry holding the guest's modules.
+    pub fn module_registry(&self) -> &ImageRegistry {
+        self.modules.registry()
+    }
+
+    /// The modules loaded now, in load order (the program and its
+    /// interpreter appear once the process has started running).
+    pub fn modules(&self) -> impl Iterator<Item = &Module> + '_ {
+        self.modules.modules()
+    }
+
+    /// Installs the module observer (replacing any previous one); modules
+    /// loaded already are reported to it at once.
+    pub fn set_module_observer(&mut self, observer: Box<dyn ModuleObserver>) {
+        self.modules.set_observer(observer);
+    }
+
     /// Runs the guest until it exits or a signal kills it. Guest faults,
     /// illegal instructions and breakpoints end it with the signal Linux
     /// would send (SIGSEGV, SIGBUS, SIGILL, SIGTRAP); nothing the guest does
     /// makes the host panic.
     pub fn run(&mut self) -> GuestExit {
+        self.update_modules();
         let exit = self.run_until_exit();
         // However the guest ended, its shared file mappings reach the file.
         self.kernel.finish(&mut self.mem);
+        self.modules.unload_all(&mut self.engine);
         exit
+    }
+
+    /// Loads and unloads modules as the last syscalls mapped them.
+    fn update_modules(&mut self) {
+        if !self.kernel.modules.changes.is_empty() {
+            let changes = std::mem::take(&mut self.kernel.modules.changes);
+            self.modules.apply(changes.into_iter(), &mut self.engine);
+        }
     }
 
     fn run_until_exit(&mut self) -> GuestExit {
@@ -382,6 +442,9 @@ impl Process {
             let _ = err.flush();
         }
         let outcome = self.kernel.syscall(&mut self.mem, number, args);
+        // Modules first: an unloaded module's blocks are retired between
+        // its unloading and unloaded.
+        self.update_modules();
         for (start, len) in self.kernel.code_changes.drain(..) {
             self.engine.invalidate_range(start, len);
         }

@@ -1,6 +1,6 @@
 //! File and descriptor syscalls, forwarded to the host through `rustix`.
 
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
 use rustix::fd::BorrowedFd;
 use rustix::fs::{AtFlags, Mode, OFlags};
@@ -104,6 +104,19 @@ pub(super) fn read_for_mmap(host: BorrowedFd<'_>, offset: u64, len: u64) -> Resu
     }
     data.truncate(done);
     Ok(data)
+}
+
+/// A mapped file's identity (device, inode) and host path, for the module
+/// map; `None` if the host cannot say (the mapping then starts no module).
+pub(super) fn identity(
+    host: BorrowedFd<'_>,
+) -> Option<(crate::modules::FileKey, std::path::PathBuf)> {
+    use rustix::fd::AsRawFd as _;
+    let stat = rustix::fs::fstat(host).ok()?;
+    let link = format!("/proc/self/fd/{}", host.as_raw_fd());
+    let path = rustix::fs::readlink(link.as_str(), Vec::new()).ok()?;
+    let path = std::path::PathBuf::from(std::ffi::OsString::from_vec(path.into_bytes()));
+    Some((crate::modules::file_key(&stat), path))
 }
 
 /// The guest's asm-generic `struct stat` (128 bytes) for a host stat.

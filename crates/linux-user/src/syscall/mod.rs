@@ -18,6 +18,7 @@ use tcgkit_tcg_core::GuestMemory;
 use crate::abi::{errno, nr};
 use crate::fd::FdTable;
 use crate::mm::{AddressSpace, CodeChange};
+use crate::modules::ModuleMap;
 use crate::prefix::PathPrefix;
 use crate::shared::SharedMaps;
 use crate::signal::Signal;
@@ -56,6 +57,8 @@ pub(crate) struct Kernel {
     pub(crate) exe_path: PathBuf,
     /// Where absolute guest paths are looked up first (`-L`).
     prefix: PathPrefix,
+    /// The ELF modules mapped executable, and what changed about them.
+    pub(crate) modules: ModuleMap,
     /// Ranges whose translated code the engine must drop.
     pub(crate) code_changes: Vec<(u64, u64)>,
     /// Raw `struct sigaction` of each signal as the guest set it, 1..=64
@@ -89,6 +92,7 @@ impl Kernel {
             shared: SharedMaps::default(),
             exe_path,
             prefix,
+            modules: ModuleMap::default(),
             code_changes: Vec::new(),
             sigactions: vec![[0; SIGACTION_SIZE]; 65],
             sigmask: 0,
@@ -287,6 +291,8 @@ impl Kernel {
     /// tracked once it is gone.
     fn munmap(&mut self, mem: &mut GuestMemory, addr: u64, len: u64) -> Result<u64, i32> {
         let change = self.space.munmap(mem, addr, len)?;
+        let pages = crate::mm::page_up(len).unwrap_or(u64::MAX);
+        self.modules.unmap(addr, addr.saturating_add(pages));
         if !self.shared.is_empty() {
             self.shared
                 .forget(addr, crate::mm::page_up(len).unwrap_or(u64::MAX));
@@ -313,6 +319,13 @@ impl Kernel {
         let (addr, change) = self
             .space
             .mremap(mem, old, old_len, new_len, flags, new_addr)?;
+        let new_pages = crate::mm::page_up(new_len).unwrap_or(u64::MAX);
+        if addr != old {
+            self.modules.unmap(old, old.saturating_add(old_pages));
+        } else if new_pages < old_pages {
+            self.modules
+                .unmap(old.saturating_add(new_pages), old.saturating_add(old_pages));
+        }
         if !self.shared.is_empty() {
             self.shared.forget(old, old_pages);
             let new_pages = crate::mm::page_up(new_len).unwrap_or(u64::MAX);
@@ -643,6 +656,17 @@ impl Kernel {
                 .forget(addr, crate::mm::page_up(len).unwrap_or(u64::MAX));
         }
         let (addr, change) = self.space.mmap(mem, addr, len, prot, flags, &contents)?;
+        let end = addr.saturating_add(crate::mm::page_up(len).unwrap_or(u64::MAX));
+        if flags & MAP_FIXED != 0 {
+            // Whatever was mapped there is gone, executable module text too.
+            self.modules.unmap(addr, end);
+        }
+        if flags & MAP_ANONYMOUS == 0 && prot & PROT_EXEC != 0 {
+            let host = self.fds.get(fd)?;
+            if let Some((key, path)) = file::identity(host) {
+                self.modules.map_exec(key, &path, addr, end);
+            }
+        }
         if tracked {
             let host = self.fds.get(fd)?;
             let pages = crate::mm::page_up(len).ok_or(errno::ENOMEM)?;
