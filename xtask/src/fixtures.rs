@@ -4,6 +4,9 @@
 //! dynamically linked one `dynamic/NAME` (a PIE against Debian's riscv64
 //! glibc, run with `-L /usr/riscv64-linux-gnu`), built with Debian's cross
 //! compiler, so `cargo test` itself never needs the compiler.
+//! `src/modules/` holds dynamic-only programs: each `src/modules/mod_*.c`
+//! becomes a shared object `dynamic/lib<name>.so`, every other C file there a
+//! dynamically linked program in `dynamic/` (e.g. `dlopen`, which loads them).
 //! Then, if `qemu-riscv64` is installed, the differential tests record its
 //! output in `expected/` (the reference used where qemu is missing).
 
@@ -57,7 +60,53 @@ pub fn run(root: &Path) -> Result<()> {
             println!("built {}", out.strip_prefix(root).unwrap_or(&out).display());
         }
     }
+    build_modules(root, &dir)?;
     record_expected(root)
+}
+
+/// Builds `src/modules/`: `mod_NAME.c` as the shared object
+/// `dynamic/libmod_NAME.so` (`-shared -fPIC`), and every other C file there
+/// as a dynamically linked program `dynamic/NAME` (with `-ldl`, harmless
+/// since glibc 2.34 has dlopen in libc). All stripped.
+fn build_modules(root: &Path, dir: &Path) -> Result<()> {
+    let src = dir.join("src").join("modules");
+    if !src.is_dir() {
+        return Ok(());
+    }
+    let mut sources: Vec<_> = std::fs::read_dir(&src)
+        .with_context(|| format!("reading {}", src.display()))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "c"))
+        .collect();
+    sources.sort();
+    for source in &sources {
+        let name = source
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .context("fixture source name is not UTF-8")?;
+        let shared = name.starts_with("mod_");
+        let out = if shared {
+            dir.join("dynamic").join(format!("lib{name}.so"))
+        } else {
+            dir.join("dynamic").join(name)
+        };
+        let mut cmd = Command::new(CC);
+        cmd.args(["-O2", "-Wall", "-Werror", "-s"]);
+        if shared {
+            cmd.args(["-shared", "-fPIC"]);
+        }
+        cmd.arg("-ffile-prefix-map=".to_string() + &dir.display().to_string() + "=.");
+        cmd.arg("-o").arg(&out).arg(source);
+        if !shared {
+            cmd.arg("-ldl");
+        }
+        let status = cmd.status().with_context(|| format!("running {CC}"))?;
+        if !status.success() {
+            bail!("{CC} failed on {} ({status})", source.display());
+        }
+        println!("built {}", out.strip_prefix(root).unwrap_or(&out).display());
+    }
+    Ok(())
 }
 
 /// Re-records qemu-riscv64's stdout and status for every differential case.

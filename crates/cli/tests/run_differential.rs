@@ -312,3 +312,24 @@ fn qemu_user_options_argv0_and_environment() {
         b"a b\n",
     );
 }
+
+#[test]
+fn dlopen_dlclose_reload_loop() {
+    // dynamic/dlopen loads and unloads libmod_a.so and libmod_b.so (same
+    // layout, different code) 20 times each: B is mapped where A was, so
+    // translated code of an unmapped module must not run again, and each
+    // module's statics start fresh after every dlopen. The directory is
+    // absolute (the guests run in the temp dir); the output names no path.
+    if !sysroot_available() {
+        return;
+    }
+    let dir = fixtures().join("dynamic");
+    let dir = dir.canonicalize().unwrap_or(dir);
+    compare(
+        "dynamic_dlopen",
+        &fixtures().join("dynamic/dlopen"),
+        &["-L", SYSROOT],
+        &[&dir.to_string_lossy(), "20"],
+        b"",
+    );
+}
