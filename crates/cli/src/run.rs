@@ -9,9 +9,9 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use tcgkit_image_core::{Image, ImageRegistry};
-use tcgkit_linux_user::{GuestExit, Options, Process, SyscallObserver};
+use tcgkit_linux_user::{GuestExit, Module, ModuleObserver, Options, Process, SyscallObserver};
 use tcgkit_plugin_api::{
-    GuestInfo, GuestProgram, PluginHost, PluginLifecycle, PluginRegistry, SymbolTable,
+    GuestInfo, GuestProgram, ModuleInfo, PluginHost, PluginLifecycle, PluginRegistry, SymbolTable,
 };
 use tcgkit_profiler::{
     Event, EventKind, GuestExitStatus, PluginEvent, ProcessExit, Profiler, Syscall, TbFlushed,
@@ -104,6 +104,27 @@ impl EngineEvents for EngineTrace {
                 count: blocks_dropped as u64,
             })
         });
+    }
+}
+
+/// Tells the plugins of every module the guest maps and unmaps, with the
+/// module's function symbols at their guest addresses.
+struct PluginModules(PluginHost);
+
+impl ModuleObserver for PluginModules {
+    fn module_loaded(&mut self, module: &Module) {
+        let info = ModuleInfo::new(module.path.clone(), module.start, module.end)
+            .with_build_id(module.build_id.clone())
+            .with_entry(module.entry);
+        // A module that cannot be read again just has no symbols.
+        let symbols = Image::open(&module.path)
+            .map(|image| SymbolTable::from_elf_at(image.bytes(), module.bias))
+            .unwrap_or_default();
+        self.0.module_loaded(info, symbols);
+    }
+
+    fn module_unloaded(&mut self, module: &Module) {
+        self.0.module_unloaded(module.start);
     }
 }
 
@@ -209,7 +230,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::from(2));
             }
         };
-        host.set_symbols(SymbolTable::from_elf(image.bytes()));
+        // Symbols come with each module (the program's first).
+        process.set_module_observer(Box::new(PluginModules(host.clone())));
         host.attach(process.engine_mut());
         host.vcpu_init(0);
         Some(host)

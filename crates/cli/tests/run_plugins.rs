@@ -176,3 +176,96 @@ fn the_help_examples_of_plugin_specs_run() {
         assert!(out.status.success(), "{spec}: {out:?}");
     }
 }
+
+/// With a dynamic guest that dlopens and dlcloses two shared objects in
+/// turn, `drcov` lists every module it mapped (the program first, as
+/// QEMU's drcov does, then ld.so, libc and each load of the two objects, as
+/// DynamoRIO's does) and attributes each covered block to its module; and
+/// `hotblocks` names each block as module+offset.
+#[test]
+fn drcov_and_hotblocks_know_every_module_of_a_dynamic_guest() {
+    let sysroot = "/usr/riscv64-linux-gnu";
+    if !std::path::Path::new(sysroot).join("lib/libc.so.6").exists() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI installs the sysroot"
+        );
+        eprintln!("no riscv64 sysroot: skipped");
+        return;
+    }
+    let dir = guest("dynamic").canonicalize().unwrap();
+    let file = scratch("dlopen.drcov");
+    let report_file = scratch("dlopen-report.txt");
+    let out = Command::new(env!("CARGO_BIN_EXE_tcgkit"))
+        .args(["run", "-L", sysroot, "--plugin"])
+        .arg(format!("drcov,filename={}", file.display()))
+        .args(["--plugin", "hotblocks,limit=5", "--plugin-out"])
+        .arg(&report_file)
+        .arg(dir.join("dlopen"))
+        .arg(&dir)
+        .arg("2")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let bytes = std::fs::read(&file).unwrap();
+    let table = b"BB Table: ";
+    let at = bytes.windows(table.len()).position(|w| w == table).unwrap();
+    let line_end = at + bytes[at..].iter().position(|&b| b == b'\n').unwrap();
+    let header = std::str::from_utf8(&bytes[..line_end]).unwrap();
+    let rows: Vec<(u64, u64, String)> = header
+        .lines()
+        .skip_while(|l| !l.starts_with("Columns:"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("BB Table"))
+        .map(|l| {
+            let f: Vec<&str> = l.split(", ").collect();
+            let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
+            let name = f[4].rsplit('/').next().unwrap().to_string();
+            (hex(f[1]), hex(f[2]), name)
+        })
+        .collect();
+    let names: Vec<&str> = rows.iter().map(|r| r.2.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "dlopen",
+            "ld-linux-riscv64-lp64d.so.1",
+            "libc.so.6",
+            "libmod_a.so",
+            "libmod_b.so",
+            "libmod_a.so",
+            "libmod_b.so"
+        ],
+        "{header}"
+    );
+    assert!(header.contains(&format!("Module Table: version 2, count {}", rows.len())));
+    let entries = &bytes[line_end + 1..];
+    let mut per_module = vec![0usize; rows.len()];
+    for e in entries.chunks_exact(8) {
+        let offset = u64::from(u32::from_le_bytes(e[..4].try_into().unwrap()));
+        let size = u64::from(u16::from_le_bytes(e[4..6].try_into().unwrap()));
+        let module = usize::from(u16::from_le_bytes(e[6..].try_into().unwrap()));
+        let (base, end, _) = &rows[module];
+        assert!(
+            base + offset + size <= *end,
+            "block {offset:#x} outside module {module}"
+        );
+        per_module[module] += 1;
+    }
+    // Each load of each object ran its own code, and so did libc and ld.so.
+    assert!(per_module.iter().all(|&n| n > 0), "{per_module:?}");
+    let report = std::fs::read_to_string(&report_file).unwrap();
+    assert!(
+        report.contains("pc, tcount, icount, ecount, module\n"),
+        "{report}"
+    );
+    let hottest = report
+        .lines()
+        .skip_while(|l| !l.starts_with("pc, tcount"))
+        .nth(1)
+        .unwrap();
+    assert!(
+        hottest.contains(", libmod_"),
+        "the modules' loops are hottest: {report}"
+    );
+}

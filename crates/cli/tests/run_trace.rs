@@ -143,3 +143,100 @@ fn plugins_installed_for_the_run_appear_in_the_trace() {
         .collect();
     assert_eq!(installed, ["insn", "mem"]);
 }
+
+/// The build-id `readelf -n` prints for `file`, as the GUID the trace
+/// carries (its first 16 bytes, the first three fields little-endian).
+fn readelf_build_id_guid(file: &std::path::Path) -> String {
+    let out = Command::new("readelf")
+        .arg("-n")
+        .arg(file)
+        .output()
+        .expect("readelf (binutils) runs");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let hex = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: "))
+        .unwrap_or_else(|| panic!("no build-id in {}: {text}", file.display()));
+    let b: Vec<u8> = (0..16)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    let h = |bytes: &[u8]| bytes.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let rev = |bytes: &[u8]| h(&bytes.iter().rev().copied().collect::<Vec<u8>>());
+    format!(
+        "{}-{}-{}-{}-{}",
+        rev(&b[0..4]),
+        rev(&b[4..6]),
+        rev(&b[6..8]),
+        h(&b[8..10]),
+        h(&b[10..16])
+    )
+}
+
+/// A dynamic guest's trace has a load and an unload of the program,
+/// ld.so, libc and each dlopened object, each with the build-id readelf
+/// prints, in the order the guest mapped and unmapped them.
+#[test]
+fn trace_of_a_dynamic_run_shows_every_module_load_and_unload() {
+    let sysroot = "/usr/riscv64-linux-gnu";
+    if !std::path::Path::new(sysroot).join("lib/libc.so.6").exists() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI installs the sysroot"
+        );
+        eprintln!("no riscv64 sysroot: skipped");
+        return;
+    }
+    let dir = guest("dynamic").canonicalize().unwrap();
+    let trace = scratch("dlopen.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_tcgkit"))
+        .args(["run", "-L", sysroot, "--trace"])
+        .arg(&trace)
+        .arg(dir.join("dlopen"))
+        .arg(&dir)
+        .arg("3")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
+    let events = doc["traceEvents"].as_array().unwrap();
+    let mut spans: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["name"].as_str().is_some_and(|n| n.contains("load ")))
+        .collect();
+    spans.sort_by(|a, b| a["ts"].as_f64().partial_cmp(&b["ts"].as_f64()).unwrap());
+    let order: Vec<&str> = spans.iter().map(|e| e["name"].as_str().unwrap()).collect();
+    let ld = "ld-linux-riscv64-lp64d.so.1";
+    let mut expected = vec![
+        "load dlopen".to_string(),
+        format!("load {ld}"),
+        "load libc.so.6".into(),
+    ];
+    for _ in 0..3 {
+        for m in ["libmod_a.so", "libmod_b.so"] {
+            expected.push(format!("load {m}"));
+            expected.push(format!("unload {m}"));
+        }
+    }
+    expected.extend([
+        "unload libc.so.6".to_string(),
+        format!("unload {ld}"),
+        "unload dlopen".into(),
+    ]);
+    assert_eq!(order, expected);
+    for span in spans
+        .iter()
+        .filter(|e| e["name"].as_str().unwrap().starts_with("load "))
+    {
+        let record = &span["args"]["ModuleLoad"];
+        let path = std::path::PathBuf::from(record["ModuleNativePath"].as_str().unwrap());
+        assert_eq!(
+            record["NativePdbSignature"].as_str().unwrap(),
+            readelf_build_id_guid(&path),
+            "{span}"
+        );
+    }
+}

@@ -36,6 +36,10 @@ pub struct Module {
     pub start: u64,
     /// One past the highest guest address of its mappings.
     pub end: u64,
+    /// What was added to the file's addresses (0 for an `ET_EXEC`).
+    pub bias: u64,
+    /// The entry point (`e_entry` plus the bias).
+    pub entry: u64,
 }
 
 impl Module {
@@ -300,19 +304,31 @@ impl ModuleSet {
         let Ok(handle) = self.registry.load(path) else {
             return;
         };
-        let Some(image) = self.registry.image(handle.id()) else {
-            return;
-        };
-        if image.image().elf().is_none() {
+        let is_elf = self
+            .registry
+            .image(handle.id())
+            .is_some_and(|image| image.image().elf().is_some());
+        if !is_elf {
             let _ = self.registry.close(handle);
             return;
         }
+        let Some(image) = self.registry.image(handle.id()) else {
+            return;
+        };
+        let elf = image.image().elf();
+        // The first page of the lowest segment is where the span starts.
+        let lowest = elf
+            .and_then(|e| e.segments.iter().map(|s| s.vaddr & !0xfff).min())
+            .unwrap_or(0);
+        let bias = start.wrapping_sub(lowest);
         let module = Module {
             id: handle.id(),
             path: path.to_path_buf(),
             build_id: image.image().build_id().map(<[u8]>::to_vec),
             start,
             end,
+            bias,
+            entry: elf.map_or(start, |e| e.entry.wrapping_add(bias)),
         };
         if let Some(observer) = &mut self.observer {
             observer.module_loaded(&module);

@@ -17,6 +17,7 @@ use tcgkit_tcg_core::{Engine, FlushHandle, Frontend, Instrumentation, Scoreboard
 
 use crate::PluginError;
 use crate::args::PluginSpec;
+use crate::modules::{GuestView, ModuleInfo};
 use crate::registry::PluginRegistry;
 use crate::symbols::SymbolTable;
 use crate::trans::{Access, ExecContext, SharedExecCallback, SharedMemCallback, TbTrans};
@@ -97,6 +98,7 @@ type VcpuCb = Arc<dyn Fn(u32) + Send + Sync>;
 type SyscallCb = Arc<dyn Fn(u32, u64, &[u64; 6]) + Send + Sync>;
 type SyscallRetCb = Arc<dyn Fn(u32, u64, u64) + Send + Sync>;
 type SimpleCb = Arc<dyn Fn() + Send + Sync>;
+type ModuleCb = Arc<dyn Fn(&ModuleInfo) + Send + Sync>;
 type ResetDone = Box<dyn FnOnce(&PluginHandle) + Send>;
 type UninstallDone = Box<dyn FnOnce() + Send>;
 
@@ -130,6 +132,8 @@ struct Registrations {
     syscall_ret: Vec<SyscallRetCb>,
     flush: Vec<SimpleCb>,
     atexit: Vec<SimpleCb>,
+    module_load: Vec<ModuleCb>,
+    module_unload: Vec<ModuleCb>,
 }
 
 enum Pending {
@@ -278,11 +282,12 @@ struct TransMemo {
     trans: Arc<TransSnapshot>,
 }
 
-/// Every live tb_trans callback, and the symbols their views report.
+/// Every live tb_trans callback, and the symbols and modules their views
+/// report.
 #[derive(Default)]
 struct TransSnapshot {
     entries: Vec<TransEntry>,
-    symbols: Arc<SymbolTable>,
+    guest: Arc<GuestView>,
 }
 
 #[derive(Default)]
@@ -303,6 +308,10 @@ struct State {
     orphan_atexit: Vec<(Arc<Slot>, SimpleCb)>,
     next_id: u64,
     finished: bool,
+    /// The embedder's symbols ([`PluginHost::set_symbols`]).
+    base_symbols: SymbolTable,
+    /// The live modules with their symbols, in load order.
+    modules: Vec<(Arc<ModuleInfo>, SymbolTable)>,
 }
 
 impl State {
@@ -311,11 +320,17 @@ impl State {
     }
 
     fn rebuild_trans(&mut self) {
-        let symbols = Arc::clone(&self.trans.symbols);
-        self.set_trans(symbols);
+        let guest = Arc::clone(&self.trans.guest);
+        self.set_trans(guest);
     }
 
-    fn set_trans(&mut self, symbols: Arc<SymbolTable>) {
+    /// Rebuilds the symbols and modules views report, after a change.
+    fn rebuild_guest(&mut self) {
+        let guest = Arc::new(GuestView::new(&self.base_symbols, &self.modules));
+        self.set_trans(guest);
+    }
+
+    fn set_trans(&mut self, guest: Arc<GuestView>) {
         let entries = self
             .plugins
             .iter()
@@ -331,7 +346,7 @@ impl State {
                 })
             })
             .collect();
-        self.trans = Arc::new(TransSnapshot { entries, symbols });
+        self.trans = Arc::new(TransSnapshot { entries, guest });
         self.trans_version.fetch_add(1, Ordering::Release);
     }
 
@@ -553,7 +568,7 @@ impl Instrumentation for Inner {
             return;
         };
         for entry in &memo.trans.entries {
-            let mut view = TbTrans::new(tb, plan, &entry.guard, &memo.trans.symbols);
+            let mut view = TbTrans::new(tb, plan, &entry.guard, &memo.trans.guest);
             entry.guard.call("tb_trans", || (entry.cb)(&mut view));
         }
     }
@@ -771,6 +786,43 @@ impl PluginHandle {
         self.register(|r| r.syscall_ret.push(Arc::new(cb)));
     }
 
+    /// Calls `cb` when the guest maps a module (an ELF file: the program,
+    /// its interpreter, a shared object); also, right away, for each module
+    /// mapped already (as `on_vcpu_init` does for vCPUs). QEMU's API has no
+    /// such event; Pin's and DynamoRIO's do.
+    pub fn on_module_load(&self, cb: impl Fn(&ModuleInfo) + Send + Sync + 'static) {
+        let cb: ModuleCb = Arc::new(cb);
+        let Some(generation) = self.register(|r| r.module_load.push(Arc::clone(&cb))) else {
+            return;
+        };
+        let loaded: Vec<Arc<ModuleInfo>> = self
+            .slot
+            .host
+            .upgrade()
+            .map(|h| {
+                h.state()
+                    .modules
+                    .iter()
+                    .map(|(m, _)| Arc::clone(m))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let guard = Guard {
+            slot: Arc::clone(&self.slot),
+            generation,
+        };
+        for module in loaded {
+            guard.call("module_load", || cb(&module));
+        }
+    }
+
+    /// Calls `cb` when the guest unmaps a module (its last executable
+    /// mapping: dlclose), after its translated blocks were retired, and for
+    /// every module still mapped when the process ends.
+    pub fn on_module_unload(&self, cb: impl Fn(&ModuleInfo) + Send + Sync + 'static) {
+        self.register(|r| r.module_unload.push(Arc::new(cb)));
+    }
+
     /// Calls `cb` after every flush of the translated blocks.
     pub fn on_flush(&self, cb: impl Fn() + Send + Sync + 'static) {
         self.register(|r| r.flush.push(Arc::new(cb)));
@@ -920,9 +972,49 @@ impl PluginHost {
         &self.inner.guest
     }
 
-    /// Sets the symbols `tb_trans` views report for instruction addresses.
+    /// Sets the symbols `tb_trans` views report for instruction addresses
+    /// (beside those of the modules reported with
+    /// [`PluginHost::module_loaded`]).
     pub fn set_symbols(&self, symbols: SymbolTable) {
-        self.inner.state().set_trans(Arc::new(symbols));
+        let mut state = self.inner.state();
+        state.base_symbols = symbols;
+        state.rebuild_guest();
+    }
+
+    /// The guest mapped `module`, whose function symbols (at their guest
+    /// addresses) are `symbols`: blocks translated from now on see it
+    /// ([`TbTrans::module`]) and its symbols, and every plugin's
+    /// module-load callbacks run.
+    pub fn module_loaded(&self, module: ModuleInfo, symbols: SymbolTable) {
+        let module = Arc::new(module);
+        let cbs = {
+            let mut state = self.inner.state();
+            state.modules.push((Arc::clone(&module), symbols));
+            state.rebuild_guest();
+            state.guarded(|r| &r.module_load)
+        };
+        for (guard, cb) in cbs {
+            guard.call("module_load", || cb(&module));
+        }
+    }
+
+    /// The guest unmapped the module that starts at `start` (its translated
+    /// blocks are already retired): every plugin's module-unload callbacks
+    /// run, then it is forgotten.
+    pub fn module_unloaded(&self, start: u64) {
+        let (module, cbs) = {
+            let state = self.inner.state();
+            let Some((module, _)) = state.modules.iter().find(|(m, _)| m.start == start) else {
+                return;
+            };
+            (Arc::clone(module), state.guarded(|r| &r.module_unload))
+        };
+        for (guard, cb) in cbs {
+            guard.call("module_unload", || cb(&module));
+        }
+        let mut state = self.inner.state();
+        state.modules.retain(|(m, _)| !Arc::ptr_eq(m, &module));
+        state.rebuild_guest();
     }
 
     /// Parses `spec`, builds the plugin from `registry` and installs it.

@@ -126,6 +126,7 @@
 mod args;
 mod error;
 mod host;
+mod modules;
 pub mod plugins;
 mod registry;
 mod symbols;
@@ -136,6 +137,7 @@ pub use error::PluginError;
 pub use host::{
     GuestInfo, GuestProgram, Plugin, PluginHandle, PluginHost, PluginId, PluginLifecycle,
 };
+pub use modules::ModuleInfo;
 pub use registry::{PluginFactory, PluginRegistry};
 pub use symbols::SymbolTable;
 pub use trans::{Access, ExecContext, InsnTrans, SharedExecCallback, SharedMemCallback, TbTrans};

@@ -1,4 +1,4 @@
-//! Function symbols of the guest program, for `tb_trans` views.
+//! Function symbols of the guest program and its modules, for `tb_trans` views.
 
 use object::{Object, ObjectSymbol, SymbolKind};
 
@@ -39,17 +39,39 @@ impl SymbolTable {
     /// A malformed file yields an empty table: symbols are a convenience,
     /// and the loader reports real format errors.
     pub fn from_elf(bytes: &[u8]) -> Self {
+        SymbolTable::from_elf_at(bytes, 0)
+    }
+
+    /// The function symbols of an ELF file mapped with load bias `bias`
+    /// (what was added to its addresses): its symbol table, or, for a
+    /// stripped shared object, its dynamic symbols (what ld.so exports).
+    pub fn from_elf_at(bytes: &[u8], bias: u64) -> Self {
         let Ok(file) = object::File::parse(bytes) else {
             return SymbolTable::default();
         };
-        SymbolTable::new(
-            file.symbols()
-                .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
-                .filter_map(|s| {
-                    let name = s.name().ok().filter(|n| !n.is_empty())?;
-                    Some((s.address(), s.size(), name.to_owned()))
-                }),
-        )
+        let text = |s: &object::Symbol<'_, '_>| {
+            let name = s.name().ok().filter(|n| !n.is_empty())?;
+            (s.kind() == SymbolKind::Text && s.address() != 0)
+                .then(|| (s.address().wrapping_add(bias), s.size(), name.to_owned()))
+        };
+        let mut symbols: Vec<_> = file.symbols().filter_map(|s| text(&s)).collect();
+        if symbols.is_empty() {
+            symbols = file.dynamic_symbols().filter_map(|s| text(&s)).collect();
+        }
+        SymbolTable::new(symbols)
+    }
+
+    /// One table of the symbols of `tables` (modules do not overlap; where
+    /// two tables name the same address, the first wins).
+    pub fn merged<'a>(tables: impl IntoIterator<Item = &'a SymbolTable>) -> Self {
+        let mut entries: Vec<(u64, u64, String)> = tables
+            .into_iter()
+            .flat_map(|t| t.entries.iter().cloned())
+            .collect();
+        // A stable sort keeps the first table's entry first among equals.
+        entries.sort_by_key(|e| e.0);
+        entries.dedup_by_key(|e| e.0);
+        SymbolTable { entries }
     }
 
     /// Number of symbols.
@@ -91,6 +113,20 @@ mod tests {
         assert_eq!(t.lookup(0x303), Some("c"));
         assert_eq!(t.lookup(0x304), None);
         assert_eq!(t.lookup(0), None);
+    }
+
+    #[test]
+    fn merged_tables_keep_each_ones_ranges() {
+        let a = SymbolTable::new([(0x100, 0, "a".to_owned()), (0x180, 8, "a2".to_owned())]);
+        let b = SymbolTable::new([(0x1000, 0x10, "b".to_owned()), (0x100, 4, "dup".to_owned())]);
+        let t = SymbolTable::merged([&a, &b]);
+        assert_eq!(t.len(), 3);
+        // a's zero-sized symbol still ends where a's next one starts.
+        assert_eq!(t.lookup(0x17f), Some("a"));
+        assert_eq!(t.lookup(0x187), Some("a2"));
+        assert_eq!(t.lookup(0x100f), Some("b"));
+        assert_eq!(t.lookup(0x1010), None);
+        assert_eq!(t.lookup(0x100), Some("a"), "the first table wins");
     }
 
     #[test]

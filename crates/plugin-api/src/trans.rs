@@ -14,7 +14,7 @@ use tcgkit_tcg_core::{
 
 use crate::PluginError;
 use crate::host::Guard;
-use crate::symbols::SymbolTable;
+use crate::modules::{GuestView, ModuleInfo};
 
 /// What an execution-time callback declares it will read (QEMU's
 /// `QEMU_PLUGIN_CB_R_REGS` and memory-read permission). Combine with `|`.
@@ -306,7 +306,7 @@ pub struct TbTrans<'a> {
     view: &'a TbView<'a>,
     plan: &'a TbPlan,
     guard: &'a Guard,
-    symbols: &'a SymbolTable,
+    guest: &'a GuestView,
 }
 
 impl fmt::Debug for TbTrans<'_> {
@@ -323,14 +323,20 @@ impl<'a> TbTrans<'a> {
         view: &'a TbView<'a>,
         plan: &'a TbPlan,
         guard: &'a Guard,
-        symbols: &'a SymbolTable,
+        guest: &'a GuestView,
     ) -> Self {
         TbTrans {
             view,
             plan,
             guard,
-            symbols,
+            guest,
         }
+    }
+
+    /// The module the block's code belongs to, when the embedder reports
+    /// modules ([`PluginHost::module_loaded`](crate::PluginHost::module_loaded)).
+    pub fn module(&self) -> Option<&ModuleInfo> {
+        self.guest.module_at(self.pc())
     }
 
     /// Guest address of the block's first instruction.
@@ -362,13 +368,13 @@ impl<'a> TbTrans<'a> {
             view: self.view,
             plan: self.plan.insn(index)?,
             guard: self.guard,
-            symbols: self.symbols,
+            guest: self.guest,
         })
     }
 
     /// Every instruction in order, to inspect and instrument.
     pub fn insns(&mut self) -> impl Iterator<Item = InsnTrans<'_>> {
-        let (view, guard, symbols) = (self.view, self.guard, self.symbols);
+        let (view, guard, guest) = (self.view, self.guard, self.guest);
         view.insns()
             .iter()
             .zip(self.plan.insns())
@@ -379,7 +385,7 @@ impl<'a> TbTrans<'a> {
                 view,
                 plan,
                 guard,
-                symbols,
+                guest,
             })
     }
 
@@ -436,7 +442,7 @@ pub struct InsnTrans<'a> {
     /// This instruction's part of the plan, its index checked once.
     plan: InsnPlan<'a>,
     guard: &'a Guard,
-    symbols: &'a SymbolTable,
+    guest: &'a GuestView,
 }
 
 impl fmt::Debug for InsnTrans<'_> {
@@ -493,9 +499,10 @@ impl InsnTrans<'_> {
         self.view.disassemble(self.index).unwrap_or_default()
     }
 
-    /// The guest function containing the instruction, if symbols are known.
+    /// The guest function containing the instruction, if symbols are known
+    /// (the embedder's table, and every reported module's).
     pub fn symbol(&self) -> Option<&str> {
-        self.symbols.lookup(self.info.pc)
+        self.guest.symbols.lookup(self.info.pc)
     }
 
     /// Calls `cb` before the instruction executes.
