@@ -44,7 +44,7 @@ pub struct RunArgs {
     /// `qemu-riscv64 -U`.
     #[arg(short = 'U', value_name = "VAR")]
     unset_env: Vec<OsString>,
-    /// The guest's argv[0] (by default the program path as given), like
+    /// The guest's `argv[0]` (by default the program path as given), like
     /// `qemu-riscv64 -0`.
     #[arg(short = '0', value_name = "ARGV0")]
     argv0: Option<OsString>,

@@ -6,7 +6,9 @@
 //! On install, the plugin registers callbacks through its [`PluginHandle`]:
 //! vCPU init/exit/idle/resume, block translation ([`TbTrans`]: a read-only
 //! view of the block, its instructions' addresses, bytes, disassembly and
-//! symbols), system calls, flush and atexit. At translation it attaches to
+//! symbols), system calls, flush and atexit, and the guest's modules as the
+//! embedder reports them ([`PluginHandle::on_module_load`],
+//! [`TbTrans::module`]). At translation it attaches to
 //! blocks and instructions execution callbacks, memory callbacks filtered
 //! by direction, inline scoreboard operations that cost no call, and
 //! conditional callbacks ([`TbTrans::on_exec_cond`]). Callbacks read guest
