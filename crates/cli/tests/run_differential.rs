@@ -196,6 +196,14 @@ fn malloc() {
 }
 
 #[test]
+fn cxx_runtime() {
+    // libstdc++: iostream, containers, exceptions (unwinding), RTTI, static
+    // constructors/destructors; dynamically linked against the sysroot's
+    // libstdc++.so.6 and libgcc_s.so.1.
+    differential("cxx", "cxx", &[], b"");
+}
+
+#[test]
 fn syscalls() {
     differential("syscalls", "syscalls", &[], b"");
 }
