@@ -321,6 +321,9 @@ fn image_json(view: &LoadedImage<'_>, roots: &[u64]) -> Result<Value> {
             "machine": e.machine,
             "entry": e.entry,
             "segments": e.segments.len(),
+            "interpreter": e.interpreter,
+            "soname": e.soname,
+            "needed": e.needed,
         })
     });
     Ok(json!({

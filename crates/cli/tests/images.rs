@@ -244,3 +244,38 @@ fn bad_usage_exits_2() {
         Some(2)
     );
 }
+
+#[test]
+fn dynamic_elf_images_report_interpreter_and_needed_libraries() {
+    let dynamic = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/guests/dynamic");
+    let program = dynamic.join("cxx");
+    let module = dynamic.join("libmod_a.so");
+    let doc = json(&[&program.to_string_lossy(), &module.to_string_lossy()]);
+    let elf = |i: usize| doc["images"][i]["elf"].clone();
+    assert_eq!(elf(0)["interpreter"], "/lib/ld-linux-riscv64-lp64d.so.1");
+    // In DT_NEEDED order, as readelf -d lists them.
+    let needed = serde_json::json!(["libstdc++.so.6", "libgcc_s.so.1", "libc.so.6"]);
+    assert_eq!(elf(0)["needed"], needed);
+    assert_eq!(elf(1)["interpreter"], Value::Null, "a shared object");
+    assert_eq!(elf(1)["needed"], serde_json::json!([]), "it calls no library");
+    assert_eq!(elf(1)["soname"], Value::Null, "linked without -soname");
+}
+
+#[test]
+fn an_elf_header_of_zeros_is_refused_naming_the_field() {
+    let dir = scratch("zero-elf");
+    let path = dir.join("zeros.elf");
+    // A valid identification (64-bit, little-endian, version 1), then zeros.
+    let mut bytes = vec![0u8; 256];
+    bytes[..7].copy_from_slice(b"\x7fELF\x02\x01\x01");
+    std::fs::write(&path, &bytes).expect("write");
+    let output = tcgkit(&[&path.to_string_lossy()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("invalid ELF header field e_type at offset 0x10: 0"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
