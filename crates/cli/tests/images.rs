@@ -257,7 +257,11 @@ fn dynamic_elf_images_report_interpreter_and_needed_libraries() {
     let needed = serde_json::json!(["libstdc++.so.6", "libgcc_s.so.1", "libc.so.6"]);
     assert_eq!(elf(0)["needed"], needed);
     assert_eq!(elf(1)["interpreter"], Value::Null, "a shared object");
-    assert_eq!(elf(1)["needed"], serde_json::json!([]), "it calls no library");
+    assert_eq!(
+        elf(1)["needed"],
+        serde_json::json!([]),
+        "it calls no library"
+    );
     assert_eq!(elf(1)["soname"], Value::Null, "linked without -soname");
 }
 

@@ -12,6 +12,9 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 
+mod common;
+use common::{SYSROOT, sysroot_available};
+
 const QEMU: &str = "qemu-riscv64";
 
 fn fixtures() -> PathBuf {
@@ -83,24 +86,6 @@ fn execute(program: &str, pre_args: &[&str], guest: &Path, args: &[&str], stdin:
         stderr: out.stderr,
         status: out.status,
     }
-}
-
-/// The sysroot of Debian's riscv64 glibc (`libc6-dev-riscv64-cross`),
-/// which both emulators get as `-L` for the dynamically linked fixtures.
-const SYSROOT: &str = "/usr/riscv64-linux-gnu";
-
-/// Whether the dynamically linked fixtures can run: they need the sysroot,
-/// which CI installs.
-fn sysroot_available() -> bool {
-    let found = Path::new(SYSROOT).join("lib/libc.so.6").exists();
-    if !found {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "{SYSROOT} is required under CI (apt-get install libc6-dev-riscv64-cross)"
-        );
-        eprintln!("{SYSROOT} is missing: the dynamically linked fixtures are skipped");
-    }
-    found
 }
 
 /// Runs the fixture, statically linked and then dynamically linked (from
