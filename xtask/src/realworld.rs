@@ -5,9 +5,17 @@
 //! Each program's *source* package is fetched with `apt-get source` (apt
 //! checks it against the signed archive index; we check the .dsc checksums
 //! again before unpacking), unpacked with `dpkg-source -x` (which applies
-//! Debian's patches) and cross-compiled static with
-//! `riscv64-linux-gnu-gcc -O2 -static` into `target/realworld/bin/`. A build
-//! is reused while its manifest matches [`RECIPE`]; `--force` rebuilds.
+//! Debian's patches) and cross-compiled with `riscv64-linux-gnu-gcc -O2`.
+//! Each program's objects are linked twice: `-static` into
+//! `target/realworld/bin/NAME`, and dynamically (a PIE against the
+//! sysroot's glibc, `ld-linux-riscv64-lp64d.so.1` as interpreter) into
+//! `target/realworld/bin/dynamic/NAME`. Only glibc differs between the two:
+//! the project's own code (liblua, libzstd, the sqlite amalgamation) is in
+//! both executables, and no shared library of the project is built. Debian's
+//! cross gcc defaults to PIE, so the one set of objects links either way.
+//!
+//! A build is reused while its manifest matches [`RECIPE`] and both
+//! executables of every program exist; `--force` rebuilds both.
 
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
@@ -19,7 +27,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 const CROSS_CC: &str = "riscv64-linux-gnu-gcc";
 
 /// Bumped whenever a build recipe below changes, so cached builds are redone.
-const RECIPE: u32 = 2;
+const RECIPE: u32 = 3;
 
 /// The programs, by the Debian source package they come from.
 const PROGRAMS: &[Program] = &[
@@ -44,7 +52,7 @@ const PROGRAMS: &[Program] = &[
 const CORPUS_BYTES: usize = 400_000;
 
 struct Program {
-    /// Name of the built executable in `bin/`.
+    /// Name of the built executables in `bin/` and `bin/dynamic/`.
     binary: &'static str,
     /// Debian source package (`apt-get source` name).
     source_package: &'static str,
@@ -76,15 +84,22 @@ impl Layout {
         }
     }
 
+    /// The statically linked executables.
     fn bin(&self) -> PathBuf {
         self.dir.join("bin")
+    }
+
+    /// The dynamically linked executables (run with `-L SYSROOT`).
+    fn dynamic_bin(&self) -> PathBuf {
+        self.bin().join("dynamic")
     }
 
     fn manifest(&self) -> PathBuf {
         self.dir.join("manifest.json")
     }
 
-    /// The built executable `name`, when the whole set is built and current.
+    /// The statically linked executable `name`, when the whole set is built
+    /// and current.
     pub fn program(&self, name: &str) -> Option<PathBuf> {
         self.is_current().then(|| self.bin().join(name))
     }
@@ -94,7 +109,8 @@ impl Layout {
         self.dir.join("inputs").join("corpus.txt")
     }
 
-    /// True when every program is built by the current recipe.
+    /// True when every program is built, static and dynamic, by the current
+    /// recipe.
     pub fn is_current(&self) -> bool {
         let Ok(text) = std::fs::read_to_string(self.manifest()) else {
             return false;
@@ -103,7 +119,9 @@ impl Layout {
             return false;
         };
         manifest["recipe"] == RECIPE
-            && PROGRAMS.iter().all(|p| self.bin().join(p.binary).is_file())
+            && PROGRAMS.iter().all(|p| {
+                self.bin().join(p.binary).is_file() && self.dynamic_bin().join(p.binary).is_file()
+            })
             && self.corpus().is_file()
     }
 }
@@ -157,12 +175,15 @@ fn build(root: &Path, force: bool) -> Result<()> {
     // A stale manifest must never vouch for a half-rebuilt set.
     let _ = std::fs::remove_file(layout.manifest());
     let bin = layout.bin();
-    std::fs::create_dir_all(&bin).with_context(|| format!("creating {}", bin.display()))?;
+    let dynamic_bin = layout.dynamic_bin();
+    std::fs::create_dir_all(&dynamic_bin)
+        .with_context(|| format!("creating {}", dynamic_bin.display()))?;
 
     let mut manifest = Vec::new();
     for program in PROGRAMS {
         let src = fetch_source(&layout, program.source_package)?;
         let exe = bin.join(program.binary);
+        let dynamic_exe = dynamic_bin.join(program.binary);
         let objects = layout.dir.join("obj").join(program.binary);
         recreate_dir(&objects)?;
         let jobs = match program.kind {
@@ -171,15 +192,18 @@ fn build(root: &Path, force: bool) -> Result<()> {
             Recipe::Sqlite => sqlite_jobs(&src.tree, &objects)?,
         };
         compile_all(&jobs)?;
-        link(&jobs, &exe)?;
+        link(&jobs, &exe, Linkage::Static)?;
+        link(&jobs, &dynamic_exe, Linkage::Dynamic)?;
         println!(
-            "realworld: built {} from {} {}",
+            "realworld: built {} and {} from {} {}",
             exe.display(),
+            dynamic_exe.display(),
             program.source_package,
             src.version
         );
         manifest.push(serde_json::json!({
             "binary": program.binary,
+            "dynamic": format!("dynamic/{}", program.binary),
             "source_package": program.source_package,
             "version": src.version,
         }));
@@ -523,7 +547,8 @@ fn jobs_for(files: Vec<PathBuf>, objects: &Path, flags: &[String]) -> Vec<Job> {
 }
 
 /// The Lua interpreter (`lua`, not `luac`), with POSIX features and without
-/// dynamic module loading (the binary is static).
+/// dynamic module loading (no `LUA_USE_DLOPEN`, in either build: the
+/// static and the dynamic executable run the same Lua code).
 fn lua_jobs(tree: &Path, objects: &Path) -> Result<Vec<Job>> {
     let src = tree.join("src");
     // Debian's luaconf.h includes a header its build generates with the
@@ -592,7 +617,8 @@ fn sqlite_jobs(tree: &Path, objects: &Path) -> Result<Vec<Job>> {
         "make sqlite3.c shell.c",
     )?;
     let flags = vec![
-        // No threads and no extension loading: a single static process.
+        // No threads and no extension loading: a single process whose code
+        // is all in the executable, static or dynamic alike.
         "-DSQLITE_THREADSAFE=0".to_owned(),
         "-DSQLITE_OMIT_LOAD_EXTENSION".to_owned(),
         format!("-I{}", build.display()),
@@ -655,9 +681,26 @@ fn compile(job: &Job) -> Result<()> {
     Ok(())
 }
 
-fn link(jobs: &[Job], exe: &Path) -> Result<()> {
-    let out = Command::new(CROSS_CC)
-        .args(["-O2", "-static", "-o"])
+/// How an executable gets glibc.
+#[derive(Clone, Copy)]
+enum Linkage {
+    /// `-static`: glibc and libm linked in.
+    Static,
+    /// gcc's default, a PIE needing the sysroot's `libc.so.6` (and `libm`
+    /// when used) at run time.
+    Dynamic,
+}
+
+/// Links the compiled objects into `exe`; both linkages take the same
+/// objects, which are PIC because Debian's gcc defaults to PIE.
+fn link(jobs: &[Job], exe: &Path, linkage: Linkage) -> Result<()> {
+    let mut cmd = Command::new(CROSS_CC);
+    cmd.arg("-O2");
+    if let Linkage::Static = linkage {
+        cmd.arg("-static");
+    }
+    let out = cmd
+        .arg("-o")
         .arg(exe)
         .args(jobs.iter().map(|j| &j.object))
         .arg("-lm")

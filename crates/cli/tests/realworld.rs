@@ -1,13 +1,23 @@
 //! Differential tests on real-world programs nobody here wrote: Lua, zstd
 //! and the sqlite3 shell, built from Debian source packages for RV64 by
-//! `cargo xtask realworld` into `target/realworld/bin/`. Each case runs
-//! under `tcgkit run` and under Debian's `qemu-riscv64` with the same
-//! arguments, stdin, environment and a fresh working directory; stdout, the
-//! exit status and any files the case names must be byte-identical.
+//! `cargo xtask realworld`, each twice from the same objects: statically
+//! linked into `target/realworld/bin/` and dynamically linked against the
+//! cross glibc into `target/realworld/bin/dynamic/`. Each case runs under
+//! `tcgkit run` and under Debian's `qemu-riscv64` with the same arguments,
+//! stdin, environment and a fresh working directory, first the static
+//! build, then the dynamic one with `-L /usr/riscv64-linux-gnu` given to
+//! both emulators; stdout, the exit status and any files the case names
+//! must be byte-identical. The dynamic build must also do under qemu what
+//! the static one does (only glibc's linking differs), so a dynamic run
+//! that fails the same way under both emulators is not taken for a match.
 //!
 //! Without the built programs or qemu-riscv64 the tests skip with a message,
-//! except under CI (`CI=true`), where `cargo xtask test` builds them first
-//! and a missing piece is a failure.
+//! and without the sysroot (`libc6-dev-riscv64-cross`) the dynamic half is
+//! skipped; under CI (`CI=true`), where `cargo xtask test` builds the
+//! programs first, a missing piece is a failure.
+
+mod common;
+use common::{SYSROOT, sysroot_available};
 
 use std::io::{Read, Write};
 use std::os::unix::process::ExitStatusExt;
@@ -35,7 +45,8 @@ fn require(found: bool, what: &str) -> Option<()> {
     None
 }
 
-/// The built program `name`, next to the target directory holding tcgkit.
+/// The statically linked program `name`, next to the target directory
+/// holding tcgkit.
 fn program(name: &str) -> Option<PathBuf> {
     let tcgkit = Path::new(env!("CARGO_BIN_EXE_tcgkit"));
     let bin = tcgkit.parent()?.parent()?.join("realworld").join("bin");
@@ -56,6 +67,23 @@ fn program(name: &str) -> Option<PathBuf> {
     require(
         qemu,
         &format!("{QEMU} is not installed (apt-get install qemu-user)"),
+    )?;
+    Some(path)
+}
+
+/// The dynamically linked build of the static `program` (`dynamic/NAME`
+/// beside it), when the sysroot is there to run it.
+fn dynamic_program(program: &Path) -> Option<PathBuf> {
+    if !sysroot_available() {
+        return None;
+    }
+    let path = program.parent()?.join("dynamic").join(program.file_name()?);
+    require(
+        path.is_file(),
+        &format!(
+            "{} is not built; run `cargo xtask realworld`",
+            path.display()
+        ),
     )?;
     Some(path)
 }
@@ -110,6 +138,7 @@ fn corpus(len: usize) -> Vec<u8> {
 /// One program run, identical for both emulators.
 struct Case<'a> {
     name: &'a str,
+    /// The statically linked build; its dynamic twin is found from it.
     program: PathBuf,
     args: &'a [&'a str],
     stdin: Vec<u8>,
@@ -117,6 +146,15 @@ struct Case<'a> {
     inputs: Vec<(&'a str, Vec<u8>)>,
     /// Files the program writes in the working directory; compared too.
     outputs: &'a [&'a str],
+}
+
+/// Which build of the case's program runs, and how both emulators are told.
+struct Build<'a> {
+    /// `static` or `dynamic`, for messages and work directory names.
+    kind: &'a str,
+    program: &'a Path,
+    /// Options before the guest path, the same for both emulators.
+    options: &'a [&'a str],
 }
 
 struct Outcome {
@@ -140,13 +178,15 @@ impl Outcome {
     }
 }
 
-/// Runs `case` with `runner` (`[tcgkit, run]` or `[qemu-riscv64]`) in a
-/// fresh directory, with a small fixed environment, killing it on timeout.
-fn execute(case: &Case, runner: &[&str], tag: &str) -> Outcome {
+/// Runs `build` of `case` with `runner` (`[tcgkit, run]` or
+/// `[qemu-riscv64]`) in a fresh directory, with a small fixed environment,
+/// killing it on timeout.
+fn execute(case: &Case, build: &Build, runner: &[&str], tag: &str) -> Outcome {
     let dir = std::env::temp_dir().join(format!(
-        "tcgkit-realworld-{}-{}-{tag}",
+        "tcgkit-realworld-{}-{}-{}-{tag}",
         std::process::id(),
-        case.name
+        case.name,
+        build.kind
     ));
     if dir.exists() {
         std::fs::remove_dir_all(&dir).expect("clear the work directory");
@@ -158,7 +198,8 @@ fn execute(case: &Case, runner: &[&str], tag: &str) -> Outcome {
     let (exe, pre) = runner.split_first().expect("a runner");
     let mut child = Command::new(exe)
         .args(pre)
-        .arg(&case.program)
+        .args(build.options)
+        .arg(build.program)
         .args(case.args)
         .env_clear()
         .env("LC_ALL", "C")
@@ -196,7 +237,10 @@ fn execute(case: &Case, runner: &[&str], tag: &str) -> Outcome {
         if started.elapsed() > TIMEOUT {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("{}: {exe} timed out after {TIMEOUT:?}", case.name);
+            panic!(
+                "{} ({}): {exe} timed out after {TIMEOUT:?}",
+                case.name, build.kind
+            );
         }
         std::thread::sleep(Duration::from_millis(5));
     };
@@ -224,24 +268,72 @@ fn first_difference(a: &[u8], b: &[u8]) -> usize {
         .unwrap_or(a.len().min(b.len()))
 }
 
-/// Runs the case under both and asserts identical results; returns qemu's
-/// outcome so a test can also check it did what the case intends.
+fn same_status(a: &Outcome, b: &Outcome) -> bool {
+    a.status.code() == b.status.code() && a.status.signal() == b.status.signal()
+}
+
+/// Runs the case's static build under both emulators, then its dynamic
+/// build with `-L SYSROOT` on both sides (unless the sysroot is missing),
+/// and asserts identical results each time; returns qemu's outcome of the
+/// static build so a test can also check it did what the case intends.
 fn differential(case: &Case) -> Outcome {
-    let reference = execute(case, &[QEMU], "qemu");
-    let ours = execute(case, &[env!("CARGO_BIN_EXE_tcgkit"), "run"], "tcgkit");
-    let same_status = ours.status.code() == reference.status.code()
-        && ours.status.signal() == reference.status.signal();
-    if ours.stdout != reference.stdout || !same_status {
+    let reference = compare(
+        case,
+        &Build {
+            kind: "static",
+            program: &case.program,
+            options: &[],
+        },
+    );
+    if let Some(program) = dynamic_program(&case.program) {
+        let dynamic = compare(
+            case,
+            &Build {
+                kind: "dynamic",
+                program: &program,
+                options: &["-L", SYSROOT],
+            },
+        );
+        // Same objects, same input: only how glibc is linked differs, so
+        // qemu must see the same results (which also rules out both
+        // emulators failing to load the dynamic build in the same way).
+        assert!(
+            dynamic.stdout == reference.stdout
+                && same_status(&dynamic, &reference)
+                && dynamic.files == reference.files,
+            "{}: under {QEMU} the dynamic build differs from the static one\n\
+             === dynamic: {}\n=== static: {}",
+            case.name,
+            dynamic.describe(),
+            reference.describe()
+        );
+    }
+    reference
+}
+
+/// One side-by-side run of `build`: asserts tcgkit's results equal qemu's
+/// and returns qemu's.
+fn compare(case: &Case, build: &Build) -> Outcome {
+    let reference = execute(case, build, &[QEMU], "qemu");
+    let ours = execute(
+        case,
+        build,
+        &[env!("CARGO_BIN_EXE_tcgkit"), "run"],
+        "tcgkit",
+    );
+    if ours.stdout != reference.stdout || !same_status(&ours, &reference) {
         let at = first_difference(&ours.stdout, &reference.stdout);
         let window = |s: &[u8]| {
             let from = at.saturating_sub(80);
             String::from_utf8_lossy(&s[from.min(s.len())..(at + 80).min(s.len())]).into_owned()
         };
         panic!(
-            "{}: tcgkit differs from {QEMU} (stdout differs from byte {at})\n\
+            "{} ({} {}): tcgkit differs from {QEMU} (stdout differs from byte {at})\n\
              === tcgkit: {}\n--- stdout near there\n{}\n\
              === {QEMU}: {}\n--- stdout near there\n{}",
             case.name,
+            build.kind,
+            build.program.display(),
             ours.describe(),
             window(&ours.stdout),
             reference.describe(),
@@ -252,8 +344,9 @@ fn differential(case: &Case) -> Outcome {
     for (i, name) in case.outputs.iter().enumerate() {
         assert!(
             ours.files[i] == reference.files[i],
-            "{}: output file {name} differs ({:?} vs {:?} bytes)",
+            "{} ({}): output file {name} differs ({:?} vs {:?} bytes)",
             case.name,
+            build.kind,
             ours.files[i].as_ref().map(Vec::len),
             reference.files[i].as_ref().map(Vec::len)
         );
