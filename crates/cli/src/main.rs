@@ -24,7 +24,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse_from(qemu_spellings(std::env::args_os().collect())) {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
@@ -44,5 +44,89 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Images(args) => images::run(&args),
         Command::Run(args) => run::run(args),
+    }
+}
+
+/// Options of `tcgkit run` that take a value as the next argument.
+const RUN_OPTIONS_WITH_VALUES: &[&str] = &[
+    "--plugin",
+    "--plugin-out",
+    "--trace",
+    "--trace-format",
+    "-L",
+    "-E",
+    "-U",
+    "-0",
+    "-d",
+    "-D",
+];
+
+/// QEMU's single-dash `-plugin` as `--plugin`, among `tcgkit run`'s own
+/// options (before the guest: what follows it is the guest's), so that a
+/// qemu-riscv64 command line works with `tcgkit run` in front.
+fn qemu_spellings(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let Some(run) = args.iter().position(|a| a == "run") else {
+        return args;
+    };
+    let mut at = run + 1;
+    while let Some(arg) = args.get(at) {
+        if arg == "-plugin" {
+            args[at] = "--plugin".into();
+        }
+        let arg = args[at].to_string_lossy();
+        if !arg.starts_with('-') || arg == "--" {
+            break; // The guest.
+        }
+        let takes_value = RUN_OPTIONS_WITH_VALUES.contains(&arg.as_ref());
+        at += if takes_value { 2 } else { 1 };
+    }
+    args
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn os(items: &[&str]) -> Vec<std::ffi::OsString> {
+        items.iter().map(Into::into).collect()
+    }
+
+    #[test]
+    fn qemu_plugin_option_is_rewritten_only_before_the_guest() {
+        let args = os(&[
+            "tcgkit",
+            "run",
+            "-plugin",
+            "./libinsn.so",
+            "-d",
+            "plugin",
+            "-D",
+            "log",
+            "guest",
+            "-plugin",
+            "x",
+        ]);
+        assert_eq!(
+            qemu_spellings(args),
+            os(&[
+                "tcgkit",
+                "run",
+                "--plugin",
+                "./libinsn.so",
+                "-d",
+                "plugin",
+                "-D",
+                "log",
+                "guest",
+                "-plugin",
+                "x"
+            ])
+        );
+        // A value that looks like the option is left alone.
+        let args = os(&["tcgkit", "run", "-E", "-plugin", "-plugin", "a.so", "g"]);
+        assert_eq!(
+            qemu_spellings(args),
+            os(&["tcgkit", "run", "-E", "-plugin", "--plugin", "a.so", "g"])
+        );
     }
 }

@@ -52,14 +52,20 @@ pub struct RunArgs {
     /// verbatim (even ones that look like options, such as `--help`).
     #[arg(value_name = "GUEST [ARGS]", required = true, num_args = 1.., allow_hyphen_values = true)]
     command: Vec<OsString>,
-    /// Install a bundled plugin, QEMU style: `NAME[,key=value...]`
-    /// (repeatable; e.g. `insn,inline=true`, `mem`, `hotblocks,limit=10`,
-    /// `drcov,filename=cov.drcov`).
+    /// Install a plugin, QEMU style, `NAME[,key=value...]` (repeatable): a
+    /// bundled plugin, or a QEMU plugin shared object when NAME contains a
+    /// slash or ends in .so (QEMU's file=PATH and -plugin spellings work
+    /// too); e.g. `insn,inline=true`, `mem`, `hotblocks,limit=10`,
+    /// `drcov,filename=cov.drcov`.
     #[arg(long = "plugin", value_name = "NAME[,k=v...]")]
     plugins: Vec<String>,
-    /// Send plugin output to FILE instead of stderr.
-    #[arg(long, value_name = "FILE", requires = "plugins")]
+    /// Send plugin output to FILE instead of stderr (QEMU's `-D FILE`).
+    #[arg(long, short = 'D', value_name = "FILE", requires = "plugins")]
     plugin_out: Option<PathBuf>,
+    /// QEMU's `-d ITEMS`: `plugin` (plugin output on stderr, tcgkit's
+    /// default anyway); other items are not logged.
+    #[arg(short = 'd', value_name = "ITEMS")]
+    log_items: Option<String>,
     #[command(flatten)]
     trace: crate::trace::TraceArgs,
 }
@@ -210,7 +216,6 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             )),
             None => Box::new(std::io::stderr()),
         };
-        let specs: Vec<&str> = args.plugins.iter().map(String::as_str).collect();
         let layout = process.layout();
         let program = GuestProgram {
             path: guest.clone(),
@@ -222,14 +227,23 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         // Built for the engine's frontend: `insn`'s callback is compiled
         // into its loop.
         let registry = PluginRegistry::bundled_for::<Rv64>();
-        let host = match PluginHost::from_specs_for(info, &registry, &specs, out) {
-            Ok(host) => host,
-            Err(e) => {
+        let host = PluginHost::new(info, out);
+        // In command-line order, as QEMU installs them.
+        for spec in &args.plugins {
+            if tcgkit_qemu_plugin::is_shared_object(spec) {
+                // A plugin that cannot load stops the run before the guest
+                // starts, with one line naming it (QEMU exits 1 too).
+                let parsed = tcgkit_qemu_plugin::SharedObjectSpec::parse(spec)?;
+                for warning in &parsed.warnings {
+                    eprintln!("tcgkit: warning: {warning}");
+                }
+                tcgkit_qemu_plugin::install(&host, &parsed.path, &parsed.args)?;
+            } else if let Err(e) = host.install_spec(&registry, spec) {
                 // A bad --plugin is a bad command line: one line, a hint, 2.
                 eprintln!("tcgkit: error: {e}\nFor more information, try 'tcgkit run --help'.");
                 return Ok(ExitCode::from(2));
             }
-        };
+        }
         // Symbols come with each module (the program's first).
         process.set_module_observer(Box::new(PluginModules(host.clone())));
         host.attach(process.engine_mut());

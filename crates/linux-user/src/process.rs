@@ -96,7 +96,8 @@ pub struct ProgramLayout {
     pub start_code: u64,
     /// End of the highest executable segment's file bytes.
     pub end_code: u64,
-    /// Entry point (load bias applied).
+    /// Where execution starts (load bias applied): the interpreter's entry
+    /// for a dynamically linked program, as QEMU's `entry_code` reports.
     pub entry: u64,
 }
 
@@ -219,7 +220,7 @@ impl Process {
             layout: ProgramLayout {
                 start_code: loaded.start_code,
                 end_code: loaded.end_code,
-                entry: loaded.entry,
+                entry: start,
             },
         })
     }

@@ -628,6 +628,15 @@ impl PluginHandle {
         }
     }
 
+    /// The vCPUs started and not yet exited, in index order.
+    pub fn online_vcpus(&self) -> Vec<u32> {
+        self.slot
+            .host
+            .upgrade()
+            .map(|h| h.state().online.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
     /// True while installed (not uninstalled, not failed).
     pub fn is_installed(&self) -> bool {
         self.slot.host.upgrade().is_some_and(|h| {
