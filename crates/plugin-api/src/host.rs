@@ -312,6 +312,9 @@ struct State {
     base_symbols: SymbolTable,
     /// The live modules with their symbols, in load order.
     modules: Vec<(Arc<ModuleInfo>, SymbolTable)>,
+    /// The guest registers callbacks can read, by name (from the engine's
+    /// frontend, once attached).
+    register_names: &'static [&'static str],
 }
 
 impl State {
@@ -626,6 +629,16 @@ impl PluginHandle {
         if let Some(host) = self.slot.host.upgrade() {
             host.write_out(text);
         }
+    }
+
+    /// The names of the guest registers callbacks can read
+    /// ([`crate::ExecContext::read_register`]); empty until the host is
+    /// attached to an engine.
+    pub fn register_names(&self) -> &'static [&'static str] {
+        self.slot
+            .host
+            .upgrade()
+            .map_or(&[], |h| h.state().register_names)
     }
 
     /// The vCPUs started and not yet exited, in index order.
@@ -1122,6 +1135,7 @@ impl PluginHost {
             let mut state = self.inner.state();
             state.flushers.clear();
             state.flushers.push(engine.flush_handle());
+            state.register_names = engine.frontend().register_names();
         }
         engine.set_instrumentation(Some(Arc::clone(&self.inner) as Arc<dyn Instrumentation>));
     }

@@ -32,8 +32,6 @@ pub struct QemuInfo {
 
 /// `enum qemu_plugin_cb_flags` (`QEMU_PLUGIN_CB_NO_REGS` is 0): reads registers.
 pub const CB_R_REGS: c_int = 1;
-/// Reads and writes registers.
-pub const CB_RW_REGS: c_int = 2;
 
 /// `enum qemu_plugin_mem_rw`.
 pub const MEM_R: c_int = 1;
@@ -42,6 +40,26 @@ pub const MEM_W: c_int = 2;
 
 /// `enum qemu_plugin_op` (v1: only this one; v2 added the rest).
 pub const INLINE_ADD_U64: c_int = 0;
+/// v3+: store the immediate.
+pub const INLINE_STORE_U64: c_int = 1;
+
+/// `enum qemu_plugin_cond` (v3+; unsigned comparisons).
+pub const COND_NEVER: c_int = 0;
+/// Always.
+pub const COND_ALWAYS: c_int = 1;
+/// Equal.
+pub const COND_EQ: c_int = 2;
+/// Not equal.
+pub const COND_NE: c_int = 3;
+/// Less than.
+pub const COND_LT: c_int = 4;
+/// Less or equal.
+pub const COND_LE: c_int = 5;
+/// Greater than.
+pub const COND_GT: c_int = 6;
+/// Greater or equal.
+pub const COND_GE: c_int = 7;
+
 /// `qemu_plugin_meminfo_t`: QEMU packs a `MemOpIdx` (the memory operation
 /// shifted left by 4, the MMU index in the low 4 bits) and the direction
 /// (`qemu_plugin_mem_rw`) shifted left by 16.
@@ -73,26 +91,63 @@ pub fn mem_rw(info: MemInfo) -> u32 {
     info >> 16
 }
 
+/// `qemu_plugin_u64` (v2+): an entry of a scoreboard's per-vCPU element,
+/// passed by value.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct U64Entry {
+    /// `struct qemu_plugin_scoreboard *`.
+    pub score: *mut c_void,
+    /// Byte offset of the `uint64_t` inside the element.
+    pub offset: usize,
+}
+
+/// `qemu_plugin_reg_descriptor` of versions 2 to 6.
+#[repr(C)]
+pub struct RegDescriptorV2 {
+    /// `struct qemu_plugin_register *handle`.
+    pub handle: *mut c_void,
+    /// `const char *name`.
+    pub name: *const c_char,
+    /// `const char *feature` (may be NULL).
+    pub feature: *const c_char,
+}
+
+/// `qemu_plugin_reg_descriptor` of version 7: one field more.
+#[repr(C)]
+pub struct RegDescriptorV7 {
+    /// As in [`RegDescriptorV2`].
+    pub handle: *mut c_void,
+    /// As in [`RegDescriptorV2`].
+    pub name: *const c_char,
+    /// As in [`RegDescriptorV2`].
+    pub feature: *const c_char,
+    /// True when `qemu_plugin_write_register` cannot change it.
+    pub is_readonly: bool,
+}
+
+/// `qemu_plugin_mem_value` (v4+), returned by value.
+#[repr(C)]
+pub struct MemValue {
+    /// `enum qemu_plugin_mem_value_type`: 0 U8, 1 U16, 2 U32, 3 U64, 4 U128.
+    pub kind: c_int,
+    /// The union's low 64 bits (`u8`..`u64`, `u128.low`).
+    pub low: u64,
+    /// `u128.high`.
+    pub high: u64,
+}
+
+/// `enum qemu_plugin_hwaddr_operation_result`: `ERROR`.
+pub const HWADDR_ERROR: c_int = 1;
+
 /// `qemu_plugin_install`.
 pub type InstallFn =
     unsafe extern "C" fn(PluginId, *const QemuInfo, c_int, *mut *mut c_char) -> c_int;
-/// `qemu_plugin_simple_cb_t`.
-pub type SimpleCb = unsafe extern "C" fn(PluginId);
-/// `qemu_plugin_udata_cb_t` (atexit).
-pub type UdataCb = unsafe extern "C" fn(PluginId, *mut c_void);
-/// `qemu_plugin_vcpu_simple_cb_t`.
-pub type VcpuSimpleCb = unsafe extern "C" fn(PluginId, c_uint);
-/// `qemu_plugin_vcpu_udata_cb_t` (execution callbacks).
+/// `qemu_plugin_vcpu_udata_cb_t` (execution callbacks; the lifecycle
+/// callbacks' types, which version 7 changed, are in `exports/lifecycle.rs`).
 pub type VcpuUdataCb = unsafe extern "C" fn(c_uint, *mut c_void);
-/// `qemu_plugin_vcpu_tb_trans_cb_t`.
-pub type TbTransCb = unsafe extern "C" fn(PluginId, *mut c_void);
 /// `qemu_plugin_vcpu_mem_cb_t`.
 pub type MemCb = unsafe extern "C" fn(c_uint, MemInfo, u64, *mut c_void);
-/// `qemu_plugin_vcpu_syscall_cb_t`: id, vCPU, number, then 8 arguments.
-pub type SyscallCb =
-    unsafe extern "C" fn(PluginId, c_uint, i64, u64, u64, u64, u64, u64, u64, u64, u64);
-/// `qemu_plugin_vcpu_syscall_ret_cb_t`.
-pub type SyscallRetCb = unsafe extern "C" fn(PluginId, c_uint, i64, i64);
 
 #[cfg(test)]
 mod tests {

@@ -1,6 +1,3 @@
-// The v2+ exports (registers, memory reads) use the rest; they land next.
-#![allow(dead_code)]
-
 //! The execution context of the callback running on this thread, for the
 //! functions a plugin calls from inside one (`qemu_plugin_read_register`,
 //! `qemu_plugin_read_memory_vaddr`) without passing anything that names it.

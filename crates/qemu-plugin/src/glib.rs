@@ -1,6 +1,3 @@
-// The v2+ exports (registers, memory reads) use the rest; they land next.
-#![allow(dead_code)]
-
 //! The glib functions behind the objects that cross the ABI: strings a
 //! plugin frees with `g_free`, and the `GArray`/`GByteArray` of the
 //! register and memory reads. They come from the system's libglib-2.0 (the
@@ -17,11 +14,10 @@ use crate::QemuPluginError;
 /// The shared object QEMU plugins link (Debian `libglib2.0-0`).
 const GLIB: &str = "libglib-2.0.so.0";
 
-/// `GArray` and `GByteArray` start with their data pointer and length.
+/// `GArray` and `GByteArray`, opaque here: glib's functions handle them.
 #[repr(C)]
 pub(crate) struct GArrayHeader {
-    pub(crate) data: *mut c_void,
-    pub(crate) len: c_uint,
+    _opaque: [u8; 0],
 }
 
 type StrdupFn = unsafe extern "C" fn(*const c_char) -> *mut c_char;
@@ -115,22 +111,10 @@ impl Glib {
         }
     }
 
-    /// The length of the plugin's `GByteArray` at `array`.
-    ///
-    /// # Safety
-    /// As for [`Glib::byte_array_append`].
-    pub(crate) unsafe fn byte_array_len(&self, array: *mut c_void) -> usize {
-        if array.is_null() {
-            return 0;
-        }
-        // SAFETY: a GByteArray starts with its data pointer and length.
-        unsafe { (*array.cast::<GArrayHeader>()).len as usize }
-    }
-
     /// Truncates the plugin's `GByteArray` at `array` to `len` bytes.
     ///
     /// # Safety
-    /// As for [`Glib::byte_array_append`].
+    /// `array` must be a live `GByteArray` (or null, which does nothing).
     pub(crate) unsafe fn byte_array_truncate(&self, array: *mut c_void, len: usize) {
         if array.is_null() {
             return;

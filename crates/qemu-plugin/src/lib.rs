@@ -37,6 +37,7 @@ mod plugin;
 mod trans;
 
 pub use abi::{MAX_VERSION, MIN_VERSION};
+pub use exports::exported_names;
 pub use loader::{SharedObjectSpec, install, is_shared_object};
 
 /// Why a QEMU plugin could not be loaded.

@@ -2,7 +2,7 @@
 //! plugin-api handle; the table the exported functions find plugins in,
 //! and which plugin's code is running on this thread.
 
-use std::cell::RefCell;
+use std::cell::Cell;
 use std::ffi::{CString, c_char, c_int};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -11,6 +11,59 @@ use libloading::Library;
 use tcgkit_plugin_api::{GuestInfo, Plugin, PluginError, PluginHandle};
 
 use crate::abi::{self, InstallFn, PluginId, QemuInfo};
+
+/// A plugin's function pointer, cast to its real type when called.
+pub(crate) type RawCb = unsafe extern "C" fn();
+
+/// The per-plugin events QEMU keeps one callback for (registering again
+/// replaces it, NULL removes it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Event {
+    VcpuInit,
+    VcpuExit,
+    VcpuIdle,
+    VcpuResume,
+    TbTrans,
+    Syscall,
+    SyscallRet,
+    Flush,
+    Atexit,
+}
+
+const EVENTS: usize = 9;
+
+/// The plugin's callback for each event in its current registration, and
+/// whether plugin-api already calls the event's dispatcher.
+#[derive(Default)]
+pub(crate) struct Slots {
+    callbacks: [Option<(RawCb, crate::exports::Udata)>; EVENTS],
+    dispatching: [bool; EVENTS],
+}
+
+impl Slots {
+    /// Sets `event`'s callback; true if its dispatcher must be registered
+    /// with plugin-api (the first time in this registration).
+    pub(crate) fn set(
+        &mut self,
+        event: Event,
+        cb: Option<RawCb>,
+        udata: crate::exports::Udata,
+    ) -> bool {
+        let at = event as usize;
+        self.callbacks[at] = cb.map(|cb| (cb, udata));
+        !std::mem::replace(&mut self.dispatching[at], true)
+    }
+
+    /// `event`'s callback now.
+    pub(crate) fn get(&self, event: Event) -> Option<(RawCb, crate::exports::Udata)> {
+        self.callbacks[event as usize]
+    }
+
+    /// A reset unregistered everything: no dispatcher is registered any more.
+    pub(crate) fn clear(&mut self) {
+        *self = Slots::default();
+    }
+}
 
 /// A QEMU plugin shared object installed into a plugin host.
 pub(crate) struct CPlugin {
@@ -23,6 +76,10 @@ pub(crate) struct CPlugin {
     pub(crate) version: c_int,
     /// Set when plugin-api installs it, before `qemu_plugin_install` runs.
     pub(crate) handle: OnceLock<PluginHandle>,
+    /// Its callbacks, one per event (see [`Slots`]).
+    pub(crate) slots: Mutex<Slots>,
+    /// What it was told once already.
+    warned: Mutex<Vec<String>>,
     install: InstallFn,
     /// `name=value` strings, handed to `qemu_plugin_install` as argv;
     /// they live as long as the plugin, as QEMU keeps them.
@@ -52,7 +109,9 @@ thread_local! {
     /// The plugin whose code this thread is running (install, a callback),
     /// for the functions that take no id (`qemu_plugin_outs`, the
     /// translation-time queries) to know whose version and handle apply.
-    static CURRENT: RefCell<Vec<Arc<CPlugin>>> = const { RefCell::new(Vec::new()) };
+    /// A plain pointer: `enter` holds the `Arc` while it is set, so a
+    /// callback pays no reference count.
+    static CURRENT: Cell<*const CPlugin> = const { Cell::new(std::ptr::null()) };
 }
 
 impl CPlugin {
@@ -69,6 +128,8 @@ impl CPlugin {
             name,
             version,
             handle: OnceLock::new(),
+            slots: Mutex::new(Slots::default()),
+            warned: Mutex::new(Vec::new()),
             install,
             args,
             target: CString::new(guest.arch.as_str()).unwrap_or_default(),
@@ -93,25 +154,51 @@ impl CPlugin {
 
     /// The plugin whose code is running on this thread.
     pub(crate) fn current() -> Option<Arc<CPlugin>> {
-        CURRENT.with(|c| c.borrow().last().cloned())
+        let current = CURRENT.get();
+        if current.is_null() {
+            return None;
+        }
+        // SAFETY: `enter` set it from an `Arc` it keeps alive until it
+        // restores the previous value, and this thread is inside `enter`.
+        unsafe {
+            Arc::increment_strong_count(current);
+            Some(Arc::from_raw(current))
+        }
+    }
+
+    /// Whether the plugin whose code is running speaks version `v` or later
+    /// (false outside any plugin's code).
+    pub(crate) fn current_at_least(v: c_int) -> bool {
+        let current = CURRENT.get();
+        // SAFETY: as in `current`.
+        !current.is_null() && unsafe { (*current).version >= v }
     }
 
     /// Runs `f` (a call into the plugin's code) with the plugin current.
     pub(crate) fn enter<R>(self: &Arc<Self>, f: impl FnOnce() -> R) -> R {
-        struct Leave;
+        struct Leave(*const CPlugin);
         impl Drop for Leave {
             fn drop(&mut self) {
-                CURRENT.with(|c| c.borrow_mut().pop());
+                CURRENT.set(self.0);
             }
         }
-        CURRENT.with(|c| c.borrow_mut().push(Arc::clone(self)));
-        let _leave = Leave;
+        let _leave = Leave(CURRENT.replace(Arc::as_ptr(self)));
         f()
     }
 
     /// The plugin-api handle (set once installed).
     pub(crate) fn handle(&self) -> Option<&PluginHandle> {
         self.handle.get()
+    }
+
+    /// True the first time it is asked about `what`.
+    pub(crate) fn warn_once(&self, what: &str) -> bool {
+        let mut warned = self.warned.lock().unwrap_or_else(PoisonError::into_inner);
+        if warned.iter().any(|w| w == what) {
+            return false;
+        }
+        warned.push(what.to_owned());
+        true
     }
 
     /// Whether the plugin speaks version `v` or later.

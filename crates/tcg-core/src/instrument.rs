@@ -249,6 +249,13 @@ impl Scoreboard {
             .wrapping_add(slot as u64);
         self.cells.get(usize::try_from(index).ok()?)
     }
+    /// `vcpu`'s row of cells (`None` past the board): what a C plugin's
+    /// `qemu_plugin_scoreboard_find` points into, its element laid over the
+    /// row's `slots` 8-byte cells.
+    pub fn row(&self, vcpu: u32) -> Option<&[AtomicU64]> {
+        let start = usize::try_from(vcpu).ok()?.checked_mul(self.slots)?;
+        self.cells.get(start..start.checked_add(self.slots)?)
+    }
     /// Value of `slot` for `vcpu` (0 if out of range).
     // Inlined across crates: plugin callbacks call these per instruction.
     #[inline]
@@ -1107,6 +1114,17 @@ impl<R: Registers + ?Sized> CallbackContext<'_, R> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rows_are_each_vcpus_slots() {
+        let board = Scoreboard::new(3, 2);
+        board.set(1, 2, 9);
+        let row = board.row(1).expect("row 1");
+        assert_eq!(row.len(), 3);
+        assert_eq!(row[2].load(Ordering::Relaxed), 9);
+        assert_eq!(board.row(0).map(<[AtomicU64]>::len), Some(3));
+        assert!(board.row(2).is_none(), "past the board");
+    }
 
     #[test]
     fn entries_are_checked_once_and_ignore_vcpus_past_the_board() {

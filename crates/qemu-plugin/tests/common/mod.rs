@@ -38,6 +38,9 @@ pub fn build_plugin(name: &str, version: u32) -> PathBuf {
         .arg("-o")
         .arg(&out)
         .arg(&source)
+        // glib by its soname: the runtime library (which qemu-user needs
+        // too) suffices, no development package.
+        .arg("-l:libglib-2.0.so.0")
         .status()
         .expect("the host C compiler (cc) runs");
     assert!(status.success(), "building {}", source.display());
@@ -73,6 +76,8 @@ pub struct Run {
     pub exit: GuestExit,
     pub output: String,
     pub insns: u64,
+    /// The stack pointer the guest started with.
+    pub initial_sp: u64,
 }
 
 /// A fresh copy of `plugin` under a new name: a process loads a shared
@@ -91,6 +96,17 @@ fn fresh_copy(plugin: &Path) -> PathBuf {
 /// (a `.so` path and its `name=value` arguments; each run loads its own
 /// copy).
 pub fn run(program: &str, args: &[&str], plugins: &[(&Path, &[&str])]) -> Run {
+    run_with(program, args, plugins, &[])
+}
+
+/// [`run`], with bundled plugins (`NAME[,k=v]` specs) installed after the
+/// shared objects.
+pub fn run_with(
+    program: &str,
+    args: &[&str],
+    plugins: &[(&Path, &[&str])],
+    bundled: &[&str],
+) -> Run {
     let path = guest(program);
     let argv: Vec<OsString> = std::iter::once(path.clone().into_os_string())
         .chain(args.iter().map(OsString::from))
@@ -110,8 +126,14 @@ pub fn run(program: &str, args: &[&str], plugins: &[(&Path, &[&str])]) -> Run {
         tcgkit_qemu_plugin::install(&host, &fresh_copy(plugin), &plugin_args)
             .expect("install plugin");
     }
+    let registry = tcgkit_plugin_api::PluginRegistry::bundled();
+    for spec in bundled {
+        host.install_spec(&registry, spec)
+            .expect("install bundled plugin");
+    }
     host.attach(process.engine_mut());
     host.vcpu_init(0);
+    let initial_sp = process.initial_stack_pointer();
     let exit = process.run();
     host.vcpu_exit(0);
     host.finish().expect("finish plugins");
@@ -119,6 +141,7 @@ pub fn run(program: &str, args: &[&str], plugins: &[(&Path, &[&str])]) -> Run {
         exit,
         output: output.text(),
         insns: process.engine().stats().insns_executed,
+        initial_sp,
     }
 }
 
