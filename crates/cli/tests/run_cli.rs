@@ -264,3 +264,81 @@ fn bad_environment_assignment_is_a_usage_error() {
         text(&out.stderr)
     );
 }
+
+/// Builds the qemu-plugin crate's test plugin `bad.c` with `-D<define>`.
+fn bad_plugin(define: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tcgkit-cli-plugins-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch");
+    let out = dir.join(format!("libbad-{define}.so"));
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../qemu-plugin");
+    let status = Command::new("cc")
+        .args(["-shared", "-fPIC", "-fvisibility=hidden", "-I"])
+        .arg(crate_dir.join("include"))
+        .arg(format!("-D{define}"))
+        .arg("-o")
+        .arg(&out)
+        .arg(crate_dir.join("tests/plugins/bad.c"))
+        .status()
+        .expect("cc runs");
+    assert!(status.success());
+    out
+}
+
+#[test]
+fn a_qemu_plugin_that_cannot_load_stops_the_run_before_the_guest() {
+    let guest = fixture("faults");
+    let guest = guest.to_str().expect("utf-8");
+    for (define, expected) in [
+        ("BAD_VERSION", "needs plugin API version 99"),
+        ("NO_VERSION", "does not declare qemu_plugin_version"),
+        (
+            "MISSING_SYMBOL",
+            "undefined symbol: qemu_plugin_no_such_function",
+        ),
+        ("FAIL_INSTALL", "qemu_plugin_install returned error code 3"),
+    ] {
+        let plugin = bad_plugin(define);
+        let plugin = plugin.to_str().expect("utf-8");
+        // tcgkit's spelling and QEMU's.
+        for args in [
+            vec!["run", "--plugin", plugin, guest, "exit=0"],
+            vec![
+                "run",
+                "-plugin",
+                &format!("file={plugin}"),
+                "-d",
+                "plugin",
+                guest,
+                "exit=0",
+            ],
+        ] {
+            let out = tcgkit(&args);
+            let stderr = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{define}: {stderr}");
+            assert_eq!(stderr.lines().count(), 1, "{define}: {stderr}");
+            assert!(
+                stderr.starts_with(&format!("tcgkit: error: cannot load plugin {plugin}")),
+                "{stderr}"
+            );
+            assert!(stderr.contains(expected), "{define}: {stderr}");
+            assert!(out.stdout.is_empty(), "{define}: the guest did not start");
+        }
+    }
+    let missing = tcgkit(&["run", "--plugin", "./no-such-plugin.so", guest, "exit=0"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert_eq!(
+        text(&missing.stderr),
+        "tcgkit: error: cannot load plugin ./no-such-plugin.so: no such file\n"
+    );
+    // The same source without a switch loads, and the guest runs.
+    let good = bad_plugin("GOOD");
+    let out = tcgkit(&[
+        "run",
+        "--plugin",
+        good.to_str().expect("utf-8"),
+        guest,
+        "exit=0",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stderr), "bad: ok\n");
+}

@@ -83,7 +83,16 @@ pub enum QemuPluginError {
         /// What failed.
         reason: String,
     },
-    /// `qemu_plugin_install` failed, or the host refused the plugin.
+    /// `qemu_plugin_install` returned an error (or panicked a Rust
+    /// callback it called).
+    #[error("cannot load plugin {plugin}: {reason}")]
+    InstallFailed {
+        /// The plugin.
+        plugin: String,
+        /// What went wrong, e.g. `qemu_plugin_install returned error code 3`.
+        reason: String,
+    },
+    /// The host refused the plugin for another reason.
     #[error(transparent)]
     Install(#[from] tcgkit_plugin_api::PluginError),
 }

@@ -80,7 +80,15 @@ pub fn install(
         &name,
         Arc::clone(&plugin) as Arc<dyn tcgkit_plugin_api::Plugin>,
     )
-    .map_err(QemuPluginError::Install)
+    .map_err(|e| match e {
+        tcgkit_plugin_api::PluginError::InstallFailed { reason, .. } => {
+            QemuPluginError::InstallFailed {
+                plugin: name.clone(),
+                reason,
+            }
+        }
+        other => QemuPluginError::Install(other),
+    })
 }
 
 /// Whether a `--plugin` spec names a shared object rather than a bundled

@@ -234,7 +234,7 @@ impl Plugin for CPlugin {
         if status != 0 {
             return Err(PluginError::InstallFailed {
                 plugin: self.name.clone(),
-                reason: format!("qemu_plugin_install returned {status}"),
+                reason: format!("qemu_plugin_install returned error code {status}"),
             });
         }
         Ok(())

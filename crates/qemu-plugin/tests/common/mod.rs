@@ -25,14 +25,23 @@ pub fn guest(name: &str) -> PathBuf {
 /// Builds `tests/plugins/NAME.c` against the project's header for API
 /// `version` into a scratch directory; returns the `.so`.
 pub fn build_plugin(name: &str, version: u32) -> PathBuf {
+    build_plugin_with(name, version, None)
+}
+
+/// [`build_plugin`] with `-D<define>`.
+pub fn build_plugin_with(name: &str, version: u32, define: Option<&str>) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("tcgkit-qemu-plugins-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("scratch directory");
-    let out = dir.join(format!("lib{name}-v{version}.so"));
+    let tag = define
+        .map(|d| format!("-{}", d.to_lowercase()))
+        .unwrap_or_default();
+    let out = dir.join(format!("lib{name}{tag}-v{version}.so"));
     let source = crate_dir().join("tests/plugins").join(format!("{name}.c"));
     let status = Command::new("cc")
         .args(["-O1", "-g", "-shared", "-fPIC", "-fvisibility=hidden"])
         .args(["-Wall", "-Wextra", "-Werror"])
         .arg(format!("-DQEMU_PLUGIN_VERSION={version}"))
+        .args(define.map(|d| format!("-D{d}")))
         .arg("-I")
         .arg(crate_dir().join("include"))
         .arg("-o")
