@@ -21,7 +21,9 @@ fn bad_plugins_get_clear_errors() {
         "cannot load plugin /nonexistent/libx.so: no such file"
     );
 
-    let cases: [(&str, fn(&QemuPluginError) -> bool, &str); 5] = [
+    /// A `-D` switch, the error kind it must give, and a phrase of its text.
+    type Case = (&'static str, fn(&QemuPluginError) -> bool, &'static str);
+    let cases: [Case; 5] = [
         (
             "BAD_VERSION",
             |e| matches!(e, QemuPluginError::Version { version: 99, .. }),
