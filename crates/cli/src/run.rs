@@ -190,6 +190,20 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if let Some(session) = &trace {
         finish_trace_on_interrupt(std::sync::Arc::clone(session))?;
     }
+    if args
+        .plugins
+        .iter()
+        .any(|s| tcgkit_qemu_plugin::is_shared_object(s))
+    {
+        // A C plugin's crash is named, and the trace completed, before the
+        // process dies by its signal.
+        let session = trace.clone();
+        tcgkit_qemu_plugin::report_crashes(move || {
+            if let Some(session) = &session {
+                let _ = session.finish();
+            }
+        });
+    }
     let image =
         Image::open(&guest).map_err(|e| anyhow::anyhow!("cannot run {}: {e}", guest.display()))?;
     let image = &image;

@@ -267,9 +267,14 @@ fn bad_environment_assignment_is_a_usage_error() {
 
 /// Builds the qemu-plugin crate's test plugin `bad.c` with `-D<define>`.
 fn bad_plugin(define: &str) -> PathBuf {
+    test_plugin("bad", define)
+}
+
+/// Builds the qemu-plugin crate's test plugin `NAME.c` with `-D<define>`.
+fn test_plugin(name: &str, define: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("tcgkit-cli-plugins-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("scratch");
-    let out = dir.join(format!("libbad-{define}.so"));
+    let out = dir.join(format!("lib{name}-{define}.so"));
     let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../qemu-plugin");
     let status = Command::new("cc")
         .args(["-shared", "-fPIC", "-fvisibility=hidden", "-I"])
@@ -277,7 +282,7 @@ fn bad_plugin(define: &str) -> PathBuf {
         .arg(format!("-D{define}"))
         .arg("-o")
         .arg(&out)
-        .arg(crate_dir.join("tests/plugins/bad.c"))
+        .arg(crate_dir.join(format!("tests/plugins/{name}.c")))
         .status()
         .expect("cc runs");
     assert!(status.success());
@@ -341,4 +346,32 @@ fn a_qemu_plugin_that_cannot_load_stops_the_run_before_the_guest() {
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(text(&out.stderr), "bad: ok\n");
+}
+
+#[test]
+fn a_crashing_qemu_plugin_is_named_the_trace_completed_and_the_process_dies_by_its_signal() {
+    let plugin = test_plugin("crash", "CRASH");
+    let plugin = plugin.to_str().expect("utf-8");
+    let guest = fixture("faults");
+    let guest = guest.to_str().expect("utf-8");
+    for (how, signal, name) in [("how=null", 11, "SIGSEGV"), ("how=abort", 6, "SIGABRT")] {
+        let trace =
+            std::env::temp_dir().join(format!("tcgkit-crash-{}-{how}.json", std::process::id()));
+        let spec = format!("{plugin},{how}");
+        let trace_arg = trace.to_str().expect("utf-8");
+        let out = tcgkit(&[
+            "run", "--trace", trace_arg, "--plugin", &spec, guest, "exit=0",
+        ]);
+        assert_eq!(out.status.signal(), Some(signal), "{how}: {:?}", out.status);
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains(&format!("tcgkit: plugin {plugin} crashed ({name})")),
+            "{stderr}"
+        );
+        // The trace was completed before the process died: valid JSON.
+        let bytes = std::fs::read(&trace).expect("trace written");
+        let doc: serde_json::Value = serde_json::from_slice(&bytes).expect("a complete trace");
+        assert!(doc["traceEvents"].as_array().is_some_and(|e| !e.is_empty()));
+        let _ = std::fs::remove_file(&trace);
+    }
 }

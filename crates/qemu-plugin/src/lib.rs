@@ -17,6 +17,11 @@
 //! objects that cross the ABI come from the system's libglib-2.0, opened
 //! when first needed.
 //!
+//! A plugin's own code is not Rust: a crash in it cannot be caught like a
+//! panic. With [`report_crashes`], the crash names the plugin, the
+//! embedder's last words run (a trace is completed), and the process dies
+//! by the signal.
+//!
 //! ```no_run
 //! use std::path::Path;
 //! use tcgkit_plugin_api::{GuestInfo, PluginHost};
@@ -30,6 +35,7 @@
 
 mod abi;
 mod context;
+mod crash;
 mod exports;
 mod glib;
 mod loader;
@@ -37,6 +43,7 @@ mod plugin;
 mod trans;
 
 pub use abi::{MAX_VERSION, MIN_VERSION};
+pub use crash::report_crashes;
 pub use exports::exported_names;
 pub use loader::{SharedObjectSpec, install, is_shared_object};
 

@@ -166,6 +166,18 @@ impl CPlugin {
         }
     }
 
+    /// The name of the plugin whose code is running on this thread, for the
+    /// crash handler: no allocation, no reference count, no lock.
+    pub(crate) fn current_name() -> Option<&'static str> {
+        let current = CURRENT.get();
+        if current.is_null() {
+            return None;
+        }
+        // SAFETY: as in `current`: the plugin outlives the `enter` that set
+        // the pointer, and the process is dying when this is called.
+        Some(unsafe { &*std::ptr::from_ref((*current).name.as_str()) })
+    }
+
     /// Whether the plugin whose code is running speaks version `v` or later
     /// (false outside any plugin's code).
     pub(crate) fn current_at_least(v: c_int) -> bool {
