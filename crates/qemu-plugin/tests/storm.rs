@@ -47,3 +47,35 @@ fn reset_from_a_loads_callback_every_n_loads_is_exact_and_never_stale() {
         }
     }
 }
+
+#[test]
+fn uninstall_from_a_loads_callback_completes_once_and_nothing_runs_after() {
+    let plugin = build_plugin("storm", 1);
+    for every in [1u64, 7, 1000] {
+        let spec = format!("every={every}");
+        let out = run(
+            "malloc",
+            &["1000"],
+            &[(&plugin, &[spec.as_str(), "uninstall=on"])],
+        );
+        assert_eq!(out.exit, GuestExit::Exited(0));
+        let text = &out.output;
+        assert_eq!(
+            text.matches("storm: uninstalled after").count(),
+            1,
+            "{spec}: {text}"
+        );
+        // Loads counted until the completion: at least the N that asked,
+        // at most those of the block that asked (it ends at a safe point).
+        let loads = number_after(text, "uninstalled after ");
+        assert!(loads >= every && loads < every + 64, "{spec}: {text}");
+        assert!(
+            !text.contains("STALE"),
+            "{spec}: a callback ran after the completion: {text}"
+        );
+        assert!(
+            !text.contains("storm: insns"),
+            "{spec}: atexit is dropped with the plugin"
+        );
+    }
+}

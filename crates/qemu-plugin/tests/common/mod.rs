@@ -141,6 +141,7 @@ pub fn run_with(
             .expect("install bundled plugin");
     }
     host.attach(process.engine_mut());
+    process.set_syscall_observer(Box::new(ForwardSyscalls(host.clone())));
     host.vcpu_init(0);
     let initial_sp = process.initial_stack_pointer();
     let exit = process.run();
@@ -151,6 +152,18 @@ pub fn run_with(
         output: output.text(),
         insns: process.engine().stats().insns_executed,
         initial_sp,
+    }
+}
+
+/// Hands the guest's syscalls to the plugins, as the CLI does.
+struct ForwardSyscalls(PluginHost);
+
+impl tcgkit_linux_user::SyscallObserver for ForwardSyscalls {
+    fn on_syscall(&mut self, number: u64, args: &[u64; 6]) {
+        self.0.on_syscall(0, number, args);
+    }
+    fn on_syscall_return(&mut self, number: u64, ret: u64) {
+        self.0.on_syscall_return(0, number, ret);
     }
 }
 

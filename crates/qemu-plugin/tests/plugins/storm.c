@@ -7,7 +7,10 @@
  * state. A callback of the old registration after the completion would
  * read freed memory (valgrind reports it) and is counted as stale.
  *
- * Arguments: every=N (0: never reset). Prints at exit:
+ * Arguments: every=N (0: never reset); uninstall=on uninstalls instead,
+ * once, at the N-th load (the completion prints "storm: uninstalled after
+ * L loads", and a callback arriving after it prints "storm: STALE").
+ * Prints at exit (not after an uninstall, which drops atexit too):
  *   storm: insns I loads L resets R stale S
  * where I and L are counted across registrations.
  */
@@ -29,7 +32,7 @@ static qemu_plugin_id_t plugin_id;
 static unsigned long every;
 static struct generation *current;
 static unsigned long serials;
-static int reset_pending;
+static int reset_pending, uninstall_mode, gone;
 static unsigned long insns, loads, resets, stale, load_execs;
 
 static void tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb);
@@ -45,10 +48,27 @@ static struct generation *new_generation(void)
 
 static void check(struct generation *g)
 {
+    if (gone) {
+        if (stale++ == 0) {
+            qemu_plugin_outs("storm: STALE\n");
+        }
+        return;
+    }
     /* A freed generation is read here: valgrind names the bug. */
     if (g != current || !g->live) {
         stale++;
     }
+}
+
+static void uninstall_done(qemu_plugin_id_t id)
+{
+    (void)id;
+    char line[96];
+    snprintf(line, sizeof line, "storm: uninstalled after %lu loads\n", loads);
+    qemu_plugin_outs(line);
+    free(current);
+    current = NULL;
+    gone = 1;
 }
 
 static void reset_done(qemu_plugin_id_t id)
@@ -76,6 +96,10 @@ static void load_exec(unsigned int vcpu, void *udata)
     load_execs++;
     if (every && load_execs % every == 0 && !reset_pending) {
         reset_pending = 1;
+        if (uninstall_mode) {
+            qemu_plugin_uninstall(plugin_id, uninstall_done);
+            return;
+        }
         resets++;
         qemu_plugin_reset(plugin_id, reset_done);
     }
@@ -113,8 +137,11 @@ static void tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
         if (is_load(insn)) {
             qemu_plugin_register_vcpu_insn_exec_cb(insn, load_exec, QEMU_PLUGIN_CB_NO_REGS,
                                                    current);
+            /* RW, not R: QEMU 7.2 never calls a callback registered for
+             * QEMU_PLUGIN_MEM_R alone (seen under qemu-riscv64 7.2; tcgkit
+             * does), and this plugin's counts are compared with it. */
             qemu_plugin_register_vcpu_mem_cb(insn, mem_access, QEMU_PLUGIN_CB_NO_REGS,
-                                             QEMU_PLUGIN_MEM_R, current);
+                                             QEMU_PLUGIN_MEM_RW, current);
         } else {
             qemu_plugin_register_vcpu_insn_exec_cb(insn, insn_exec, QEMU_PLUGIN_CB_NO_REGS,
                                                    current);
@@ -141,6 +168,8 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
     for (int i = 0; i < argc; i++) {
         if (strncmp(argv[i], "every=", 6) == 0) {
             every = strtoul(argv[i] + 6, NULL, 10);
+        } else if (strcmp(argv[i], "uninstall=on") == 0) {
+            uninstall_mode = 1;
         } else {
             fprintf(stderr, "storm: unknown argument %s\n", argv[i]);
             return -1;
