@@ -261,7 +261,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         // Symbols come with each module (the program's first).
         process.set_module_observer(Box::new(PluginModules(host.clone())));
         host.attach(process.engine_mut());
-        host.vcpu_init(0);
+        // QEMU plugins may read the vCPU's registers in vcpu_init.
+        let cpu = process.cpu();
+        let read = |name: &str| <Rv64 as tcgkit_tcg_core::Frontend>::read_register(cpu, name);
+        tcgkit_qemu_plugin::with_registers(&read, || host.vcpu_init(0));
         Some(host)
     };
     let profiler = trace.as_ref().map(|t| t.profiler().clone());

@@ -315,6 +315,8 @@ struct State {
     /// The guest registers callbacks can read, by name (from the engine's
     /// frontend, once attached).
     register_names: &'static [&'static str],
+    /// The highest vCPU index started plus one.
+    vcpus_started: u32,
 }
 
 impl State {
@@ -639,6 +641,15 @@ impl PluginHandle {
             .host
             .upgrade()
             .map_or(&[], |h| h.state().register_names)
+    }
+
+    /// How many vCPUs have started so far: the highest index plus one
+    /// (QEMU's `qemu_plugin_num_vcpus`; exited ones still count).
+    pub fn vcpus_started(&self) -> u32 {
+        self.slot
+            .host
+            .upgrade()
+            .map_or(0, |h| h.state().vcpus_started)
     }
 
     /// The vCPUs started and not yet exited, in index order.
@@ -1146,6 +1157,7 @@ impl PluginHost {
             match event {
                 VcpuEvent::Init => {
                     state.online.insert(vcpu);
+                    state.vcpus_started = state.vcpus_started.max(vcpu.saturating_add(1));
                 }
                 VcpuEvent::Exit => {
                     state.online.remove(&vcpu);

@@ -43,6 +43,7 @@ mod plugin;
 mod trans;
 
 pub use abi::{MAX_VERSION, MIN_VERSION};
+pub use context::{RegisterReader, with_registers};
 pub use crash::report_crashes;
 pub use exports::exported_names;
 pub use loader::{SharedObjectSpec, install, is_shared_object};

@@ -13,8 +13,8 @@ const GUEST: &str = "float";
 /// The fields of a `versions vN:` report line, by name.
 fn field(line: &str, name: &str) -> u64 {
     let label = format!(" {name} ");
-    if name == "sp" {
-        let at = line.find(" sp 0x").expect("sp") + 6;
+    if name == "sp" || name == "init_sp" {
+        let at = line.find(&format!(" {name} 0x")).expect("sp") + name.len() + 4;
         let hex: String = line[at..]
             .chars()
             .take_while(char::is_ascii_hexdigit)

@@ -300,7 +300,7 @@ pub unsafe extern "C" fn qemu_plugin_read_register(reg: *mut c_void, buf: *mut c
     let Some(name) = handle.register_names().get(index) else {
         return failed;
     };
-    let Some(Ok(value)) = context::with_context(|ctx| ctx.read_register(name)) else {
+    let Some(value) = context::read_register(name) else {
         return failed;
     };
     let bytes = value.to_le_bytes();
@@ -422,12 +422,12 @@ pub extern "C" fn qemu_plugin_request_time_control() -> *const c_void {
 pub extern "C" fn qemu_plugin_update_ns(_handle: *const c_void, _time: i64) {}
 
 /// v2+: `int qemu_plugin_num_vcpus(void)`: the vCPUs started so far (the
-/// highest index plus one).
+/// highest index plus one; a vCPU that exited still counts, as in QEMU).
 #[unsafe(no_mangle)]
 pub extern "C" fn qemu_plugin_num_vcpus() -> c_int {
-    current_handle()
-        .and_then(|h| h.online_vcpus().last().map(|&v| v as c_int + 1))
-        .unwrap_or(0)
+    current_handle().map_or(0, |h| {
+        c_int::try_from(h.vcpus_started()).unwrap_or(c_int::MAX)
+    })
 }
 
 /// `int qemu_plugin_n_vcpus(void)`: -1 in user mode, as QEMU answers.

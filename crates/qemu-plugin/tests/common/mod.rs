@@ -142,7 +142,11 @@ pub fn run_with(
     }
     host.attach(process.engine_mut());
     process.set_syscall_observer(Box::new(ForwardSyscalls(host.clone())));
-    host.vcpu_init(0);
+    // As the CLI does: vcpu_init may read the registers.
+    let cpu = process.cpu();
+    let read =
+        |name: &str| <tcgkit_riscv::Rv64 as tcgkit_tcg_core::Frontend>::read_register(cpu, name);
+    tcgkit_qemu_plugin::with_registers(&read, || host.vcpu_init(0));
     let initial_sp = process.initial_stack_pointer();
     let exit = process.run();
     host.vcpu_exit(0);

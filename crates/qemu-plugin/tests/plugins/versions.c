@@ -23,7 +23,7 @@ static char magic;
 
 static qemu_plugin_id_t me;
 static uint64_t insns_cb, tbs, loads, stores, bytes_sum, values, hits, bad_udata, syscalls;
-static uint64_t sp_at_entry, argc_in_memory;
+static uint64_t sp_at_entry, argc_in_memory, sp_at_init;
 static int entry_seen;
 
 #if QEMU_PLUGIN_VERSION >= 2
@@ -234,6 +234,21 @@ static void vcpu_init(qemu_plugin_id_t id, unsigned int vcpu)
     }
     extern char *g_array_free(GArray *, int);
     g_array_free(regs, 1);
+    /* QEMU lets vcpu_init read registers too. */
+    extern GByteArray *g_byte_array_new(void);
+    extern uint8_t *g_byte_array_free(GByteArray *, int);
+    GByteArray *value = g_byte_array_new();
+    if (qemu_plugin_read_register(sp_reg, value)) {
+        struct {
+            uint8_t *data;
+            unsigned len;
+        } bytes;
+        memcpy(&bytes, value, sizeof bytes);
+        if (bytes.len == 8) {
+            memcpy(&sp_at_init, bytes.data, 8);
+        }
+    }
+    g_byte_array_free(value, 1);
 #endif
 }
 
@@ -253,11 +268,12 @@ static void at_exit(qemu_plugin_id_t id, void *udata)
     char line[512];
     snprintf(line, sizeof line,
              "versions v%d: insns_cb %lu insns_inline %lu tbs %lu loads %lu stores %lu bytes %lu "
-             "values %lu hits %lu syscalls %lu sp 0x%lx argc %lu bad %lu\n",
+             "values %lu hits %lu syscalls %lu sp 0x%lx init_sp 0x%lx argc %lu bad %lu\n",
              QEMU_PLUGIN_VERSION, (unsigned long)insns_cb, (unsigned long)insns_inline,
              (unsigned long)tbs, (unsigned long)loads, (unsigned long)stores,
              (unsigned long)bytes_sum, (unsigned long)values, (unsigned long)hits,
-             (unsigned long)syscalls, (unsigned long)sp_at_entry, (unsigned long)argc_in_memory,
+             (unsigned long)syscalls, (unsigned long)sp_at_entry, (unsigned long)sp_at_init,
+             (unsigned long)argc_in_memory,
              (unsigned long)bad_udata);
     qemu_plugin_outs(line);
 }
