@@ -7,6 +7,7 @@ use std::process::Command;
 mod bench_vs_qemu;
 mod corpus_images;
 mod fixtures;
+mod qemu_plugins;
 mod realworld;
 
 fn main() -> Result<()> {
@@ -18,6 +19,7 @@ fn main() -> Result<()> {
         Some("fixtures") => fixtures::run(&root),
         Some("corpus-images") => corpus_images::run(&args[1..]),
         Some("realworld") => realworld::run(&root, &args[1..]),
+        Some("qemu-plugins") => qemu_plugins::run(&root, &args[1..]),
         Some("bench-vs-qemu") => bench_vs_qemu::run(&root, &args[1..]),
         Some("reset-count") => bench_vs_qemu::reset_count(&root, &args[1..]),
         Some(other) => bail!("unknown task `{other}`\n{USAGE}"),
@@ -35,6 +37,7 @@ tasks:
   corpus-images [DIR...]  compare image-core with monodis on every assembly (default /usr/lib/mono)
   fixtures  rebuild the RV64 guest programs in fixtures/guests/ (needs riscv64-linux-gnu-gcc)
   realworld [--force]  build lua, zstd and sqlite3 for RV64 from Debian source packages into target/realworld/
+  qemu-plugins [--force]  build QEMU 7.2's own TCG plugins from Debian's qemu source package into target/qemu-plugins-7.2/, for tests/qemu_plugins.rs ($TCGKIT_QEMU_SRC: use that unpacked tree)
   bench-vs-qemu [--runs N] [--only NAME,...] [--flush] [--no-docs]  time qemu-riscv64 vs tcgkit, bare and with plugins (--flush: also the mass-flush curve); update docs/benchmarks.md
   reset-count [--only NAME,...] [--no-docs]  host instructions per reset from a callback, both emulators under callgrind (default workload: malloc); update docs/benchmarks.md";
 
@@ -87,6 +90,7 @@ fn ci(root: &Path) -> Result<()> {
 
 fn test(root: &Path) -> Result<()> {
     realworld::prepare_for_tests(root)?;
+    qemu_plugins::prepare_for_tests(root)?;
     cargo(root, &["test", "--workspace"])?;
     // Under CI a missing monodis is installed (or fails the run); locally it is skipped.
     if std::env::var_os("CI").is_none() && !corpus_images::monodis_available() {

@@ -60,7 +60,7 @@ pub struct RunArgs {
     #[arg(long = "plugin", value_name = "NAME[,k=v...]")]
     plugins: Vec<String>,
     /// Send plugin output to FILE instead of stderr (QEMU's `-D FILE`).
-    #[arg(long, short = 'D', value_name = "FILE", requires = "plugins")]
+    #[arg(long, short = 'D', value_name = "FILE")]
     plugin_out: Option<PathBuf>,
     /// QEMU's `-d ITEMS`: `plugin` (plugin output on stderr, tcgkit's
     /// default anyway); other items are not logged.
@@ -220,7 +220,14 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         modules.add_observer(session.image_observer());
     }
     process.set_module_registry(modules);
-    let plugins = if args.plugins.is_empty() {
+    let specs = match plugin_specs(&args.plugins) {
+        Ok(specs) => specs,
+        Err(e) => {
+            eprintln!("tcgkit: error: {e}");
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let plugins = if specs.is_empty() {
         None
     } else {
         let out: Box<dyn std::io::Write + Send> = match &args.plugin_out {
@@ -243,19 +250,26 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         let registry = PluginRegistry::bundled_for::<Rv64>();
         let host = PluginHost::new(info, out);
         // In command-line order, as QEMU installs them.
-        for spec in &args.plugins {
-            if tcgkit_qemu_plugin::is_shared_object(spec) {
-                // A plugin that cannot load stops the run before the guest
-                // starts, with one line naming it (QEMU exits 1 too).
-                let parsed = tcgkit_qemu_plugin::SharedObjectSpec::parse(spec)?;
-                for warning in &parsed.warnings {
-                    eprintln!("tcgkit: warning: {warning}");
+        for spec in specs {
+            match spec {
+                PluginSpec::Shared(parsed) => {
+                    // A plugin that cannot load stops the run before the
+                    // guest starts, with one line naming it (QEMU exits 1).
+                    for warning in &parsed.warnings {
+                        eprintln!("tcgkit: warning: {warning}");
+                    }
+                    tcgkit_qemu_plugin::install(&host, &parsed.path, &parsed.args)?;
                 }
-                tcgkit_qemu_plugin::install(&host, &parsed.path, &parsed.args)?;
-            } else if let Err(e) = host.install_spec(&registry, spec) {
-                // A bad --plugin is a bad command line: one line, a hint, 2.
-                eprintln!("tcgkit: error: {e}\nFor more information, try 'tcgkit run --help'.");
-                return Ok(ExitCode::from(2));
+                PluginSpec::Bundled(spec) => {
+                    if let Err(e) = host.install_spec(&registry, &spec) {
+                        // A bad --plugin is a bad command line: one line, a
+                        // hint, 2.
+                        eprintln!(
+                            "tcgkit: error: {e}\nFor more information, try 'tcgkit run --help'."
+                        );
+                        return Ok(ExitCode::from(2));
+                    }
+                }
             }
         }
         // Symbols come with each module (the program's first).
@@ -374,6 +388,40 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::from(end.shell_status().clamp(0, 255) as u8))
         }
     }
+}
+
+/// One plugin to install.
+enum PluginSpec {
+    /// A bundled plugin: `NAME[,k=v...]`.
+    Bundled(String),
+    /// A QEMU plugin shared object with all the arguments given for it.
+    Shared(tcgkit_qemu_plugin::SharedObjectSpec),
+}
+
+/// The plugins to install, in order: `QEMU_PLUGIN`'s first (qemu-user
+/// reads its environment before its command line), then `--plugin`'s. A
+/// shared object named again by the same path is one plugin with every
+/// argument given for it, as QEMU loads it.
+fn plugin_specs(given: &[String]) -> anyhow::Result<Vec<PluginSpec>> {
+    let from_env = std::env::var("QEMU_PLUGIN").ok();
+    let mut specs: Vec<PluginSpec> = Vec::new();
+    for spec in from_env.iter().chain(given) {
+        if !tcgkit_qemu_plugin::is_shared_object(spec) {
+            specs.push(PluginSpec::Bundled(spec.clone()));
+            continue;
+        }
+        for parsed in tcgkit_qemu_plugin::SharedObjectSpec::parse_all(spec)? {
+            let known = specs.iter_mut().find_map(|s| match s {
+                PluginSpec::Shared(known) if known.path == parsed.path => Some(known),
+                _ => None,
+            });
+            match known {
+                Some(known) => known.merge(parsed),
+                None => specs.push(PluginSpec::Shared(parsed)),
+            }
+        }
+    }
+    Ok(specs)
 }
 
 /// `-E`'s value: `VAR=VALUE` (a bad one is a bad command line).

@@ -58,8 +58,18 @@ impl Glib {
     fn open() -> Result<Glib, String> {
         // SAFETY: loading libglib runs its initialisers, which do nothing
         // but set up glib's own state; it is the library every QEMU
-        // plugin links, loaded once for the process.
-        let library = unsafe { Library::new(GLIB) }.map_err(|e| format!("{GLIB}: {e}"))?;
+        // plugin links, loaded once for the process. Global binding: QEMU's
+        // executable links glib, so a plugin built as QEMU's contrib
+        // Makefile builds them (without -lglib) finds glib's symbols in the
+        // process; here they must be made global before it is loaded.
+        let library = unsafe {
+            libloading::os::unix::Library::open(
+                Some(GLIB),
+                libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_GLOBAL,
+            )
+        }
+        .map(Library::from)
+        .map_err(|e| format!("{GLIB}: {e}"))?;
         fn find<T: Copy>(library: &Library, name: &[u8]) -> Result<T, String> {
             // SAFETY: each name below is looked up with the C type glib
             // documents for it (glib.h), so the pointer is used as what it is.

@@ -30,6 +30,9 @@ pub fn install(
             reason: "no such file".into(),
         });
     }
+    // Plugins resolve glib's functions in the process, as in QEMU, which
+    // links glib: open it (globally) first.
+    crate::glib::Glib::get()?;
     // SAFETY: loading the plugin runs its initialisers: that is what
     // loading a plugin means, as in QEMU. RTLD_NOW makes a symbol the
     // plugin needs and tcgkit lacks an error now, not a crash later.
@@ -107,50 +110,93 @@ pub struct SharedObjectSpec {
     pub path: std::path::PathBuf,
     /// The arguments handed to `qemu_plugin_install`, as `name=value`.
     pub args: Vec<String>,
-    /// Warnings QEMU prints for deprecated spellings (`arg=`).
+    /// Warnings QEMU prints for deprecated spellings (`arg=`, a bare flag).
     pub warnings: Vec<String>,
 }
 
 impl SharedObjectSpec {
-    /// Parses `spec`. QEMU's deprecated `arg=NAME` becomes `NAME=on` and
-    /// `arg=NAME=VALUE` becomes `NAME=VALUE`, with QEMU's warning; `arg=on`
-    /// (a boolean) stays `arg=on`, as QEMU keeps it.
+    /// Parses one spec that names one plugin (see [`SharedObjectSpec::parse_all`]).
     pub fn parse(spec: &str) -> Result<SharedObjectSpec, QemuPluginError> {
-        let mut parts = spec.split(',');
-        let first = parts.next().unwrap_or_default();
-        let path = first.strip_prefix("file=").unwrap_or(first);
-        if path.is_empty() {
-            return Err(QemuPluginError::Open {
+        let mut all = SharedObjectSpec::parse_all(spec)?;
+        match all.len() {
+            1 => Ok(all.remove(0)),
+            _ => Err(QemuPluginError::Open {
                 plugin: spec.to_owned(),
-                reason: "file= requires a non-empty argument".into(),
-            });
+                reason: "a spec naming several plugins (file= twice)".into(),
+            }),
         }
-        let (mut args, mut warnings) = (Vec::new(), Vec::new());
-        for part in parts {
-            let (name, value) = part.split_once('=').unwrap_or((part, ""));
-            let boolean = matches!(
-                value,
-                "on" | "yes" | "true" | "y" | "off" | "no" | "false" | "n"
-            );
-            if name == "arg" && !boolean {
-                let full = if value.contains('=') {
-                    value.to_owned()
-                } else {
-                    format!("{value}=on")
-                };
-                warnings.push(format!(
-                    "using 'arg={value}' is deprecated; please use '{full}' directly"
-                ));
-                args.push(full);
-            } else {
-                args.push(format!("{name}={value}"));
+    }
+
+    /// Parses `spec` as QEMU's option parser does: the first item is the
+    /// path (`file=` optional), each `file=PATH` after it starts another
+    /// plugin, and every other item is an argument of the current one, as
+    /// `name=value`. QEMU's deprecated spellings are taken with QEMU's
+    /// warning: a bare `NAME` is `NAME=on` and `noNAME` is `NAME=off`;
+    /// `arg=NAME` is `NAME=on` and `arg=NAME=VALUE` is `NAME=VALUE`, while
+    /// `arg=on` (a boolean) stays `arg=on`.
+    pub fn parse_all(spec: &str) -> Result<Vec<SharedObjectSpec>, QemuPluginError> {
+        let mut specs: Vec<SharedObjectSpec> = Vec::new();
+        for (i, part) in spec.split(',').enumerate() {
+            let path = part.strip_prefix("file=").or((i == 0).then_some(part));
+            if let Some(path) = path {
+                if path.is_empty() {
+                    return Err(QemuPluginError::Open {
+                        plugin: spec.to_owned(),
+                        reason: "file= requires a non-empty argument".into(),
+                    });
+                }
+                if specs.last().is_none_or(|s| s.path != std::path::Path::new(path)) {
+                    specs.push(SharedObjectSpec {
+                        path: path.into(),
+                        args: Vec::new(),
+                        warnings: Vec::new(),
+                    });
+                }
+                continue;
             }
+            let current = specs.last_mut().ok_or_else(|| QemuPluginError::Open {
+                plugin: spec.to_owned(),
+                reason: "missing earlier file= option".into(),
+            })?;
+            let (arg, warning) = argument(part);
+            current.args.push(arg);
+            current.warnings.extend(warning);
         }
-        Ok(SharedObjectSpec {
-            path: path.into(),
-            args,
-            warnings,
-        })
+        Ok(specs)
+    }
+
+    /// Adds `other`'s arguments (the same path named again: QEMU loads one
+    /// plugin with every argument given for it).
+    pub fn merge(&mut self, other: SharedObjectSpec) {
+        self.args.extend(other.args);
+        self.warnings.extend(other.warnings);
+    }
+}
+
+/// One `name[=value]` item as QEMU hands it to the plugin, and QEMU's
+/// warning if the spelling is deprecated.
+fn argument(part: &str) -> (String, Option<String>) {
+    const BOOLEANS: [&str; 8] = ["on", "yes", "true", "y", "off", "no", "false", "n"];
+    match part.split_once('=') {
+        Some(("arg", value)) if !BOOLEANS.contains(&value) => {
+            let full = if value.contains('=') {
+                value.to_owned()
+            } else {
+                format!("{value}=on")
+            };
+            let warning = format!("using 'arg={value}' is deprecated; please use '{full}' directly");
+            (full, Some(warning))
+        }
+        Some((name, value)) => (format!("{name}={value}"), None),
+        None => {
+            let full = match part.strip_prefix("no") {
+                Some(name) if !name.is_empty() => format!("{name}=off"),
+                _ => format!("{part}=on"),
+            };
+            let warning =
+                format!("short-form boolean option '{part}' deprecated; please use {full} instead");
+            (full, Some(warning))
+        }
     }
 }
 
