@@ -145,7 +145,10 @@ impl SharedObjectSpec {
                         reason: "file= requires a non-empty argument".into(),
                     });
                 }
-                if specs.last().is_none_or(|s| s.path != std::path::Path::new(path)) {
+                if specs
+                    .last()
+                    .is_none_or(|s| s.path != std::path::Path::new(path))
+                {
                     specs.push(SharedObjectSpec {
                         path: path.into(),
                         args: Vec::new(),
@@ -184,7 +187,8 @@ fn argument(part: &str) -> (String, Option<String>) {
             } else {
                 format!("{value}=on")
             };
-            let warning = format!("using 'arg={value}' is deprecated; please use '{full}' directly");
+            let warning =
+                format!("using 'arg={value}' is deprecated; please use '{full}' directly");
             (full, Some(warning))
         }
         Some((name, value)) => (format!("{name}={value}"), None),
