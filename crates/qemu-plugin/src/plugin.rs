@@ -65,6 +65,17 @@ impl Slots {
     }
 }
 
+/// Execution and memory callbacks made for the plugin in its current
+/// registration, by (function, user data, flags): see
+/// `exports::translation::shared_exec`.
+#[derive(Default)]
+pub(crate) struct SharedCallbacks {
+    pub(crate) exec:
+        std::collections::HashMap<(usize, usize, c_int), tcgkit_plugin_api::SharedExecCallback>,
+    pub(crate) mem:
+        std::collections::HashMap<(usize, usize, c_int), tcgkit_plugin_api::SharedMemCallback>,
+}
+
 /// A QEMU plugin shared object installed into a plugin host.
 pub(crate) struct CPlugin {
     /// The id its callbacks are given (`qemu_plugin_id_t`).
@@ -78,6 +89,8 @@ pub(crate) struct CPlugin {
     pub(crate) handle: OnceLock<PluginHandle>,
     /// Its callbacks, one per event (see [`Slots`]).
     pub(crate) slots: Mutex<Slots>,
+    /// Its shared execution and memory callbacks (see [`SharedCallbacks`]).
+    pub(crate) shared: Mutex<SharedCallbacks>,
     /// What it was told once already.
     warned: Mutex<Vec<String>>,
     install: InstallFn,
@@ -129,6 +142,7 @@ impl CPlugin {
             version,
             handle: OnceLock::new(),
             slots: Mutex::new(Slots::default()),
+            shared: Mutex::new(SharedCallbacks::default()),
             warned: Mutex::new(Vec::new()),
             install,
             args,

@@ -99,12 +99,14 @@ pub unsafe extern "C" fn qemu_plugin_reset(id: PluginId, cb: Option<RawCb>, udat
     };
     let udata = Udata::new(udata);
     let _ = handle.reset(move |_| {
-        // Everything is unregistered: the next registrations start anew.
+        // Everything is unregistered: the next registrations start anew,
+        // with callbacks of their own.
         plugin
             .slots
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clear();
+        *plugin.shared.lock().unwrap_or_else(PoisonError::into_inner) = Default::default();
         complete(&plugin, cb, udata);
     });
 }

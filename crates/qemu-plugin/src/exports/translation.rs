@@ -4,10 +4,11 @@
 //! its own memory (v1) or on scoreboards (v2+), conditional callbacks (v3+).
 
 use std::ffi::{c_char, c_int, c_void};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 
 use tcgkit_plugin_api::{
-    Access, Compare, ExecContext, InlineKind, InsnTrans, MemAccessInfo, TbTrans,
+    Access, Compare, ExecContext, InlineKind, InsnTrans, MemAccessInfo, SharedExecCallback,
+    SharedMemCallback, TbTrans,
 };
 
 use super::{Udata, access, mem_filter};
@@ -52,6 +53,42 @@ fn mem_callback(
             plugin.enter(|| unsafe { cb(vcpu, meminfo, addr, udata.get()) });
         });
     }
+}
+
+/// The plugin's execution callback `cb(vcpu, udata)` with `flags`, made
+/// once per registration and shared by every block and instruction it is
+/// attached to, as a QEMU plugin passes one function: plugin-api then runs
+/// such blocks in the loops it keeps for one shared callback (a lookup per
+/// block, not per instruction). `None` once the plugin is gone.
+fn shared_exec(
+    plugin: &Arc<CPlugin>,
+    cb: VcpuUdataCb,
+    udata: *mut c_void,
+    flags: c_int,
+) -> Option<SharedExecCallback> {
+    let handle = plugin.handle()?;
+    let key = (cb as usize, udata as usize, flags);
+    let mut shared = plugin.shared.lock().unwrap_or_else(PoisonError::into_inner);
+    let made = shared.exec.entry(key).or_insert_with(|| {
+        handle.shared_exec_callback(access(flags), exec_callback(plugin, cb, Udata::new(udata)))
+    });
+    Some(made.clone())
+}
+
+/// [`shared_exec`] for memory callbacks.
+fn shared_mem(
+    plugin: &Arc<CPlugin>,
+    cb: MemCb,
+    udata: *mut c_void,
+    flags: c_int,
+) -> Option<SharedMemCallback> {
+    let handle = plugin.handle()?;
+    let key = (cb as usize, udata as usize, flags);
+    let mut shared = plugin.shared.lock().unwrap_or_else(PoisonError::into_inner);
+    let made = shared.mem.entry(key).or_insert_with(|| {
+        handle.shared_mem_callback(access(flags), mem_callback(plugin, cb, Udata::new(udata)))
+    });
+    Some(made.clone())
 }
 
 /// What attaches to a block or to one of its instructions.
@@ -344,9 +381,11 @@ pub unsafe extern "C" fn qemu_plugin_register_vcpu_tb_exec_cb(
     let (Some(tb), Some(cb)) = (unsafe { tb_ref(tb) }, cb) else {
         return;
     };
-    let callback = exec_callback(&tb.plugin, cb, Udata::new(udata));
+    let Some(shared) = shared_exec(&tb.plugin, cb, udata, flags) else {
+        return;
+    };
     // SAFETY: inside the translation callback, no other view is in use.
-    unsafe { tb.trans() }.on_exec(access(flags), callback);
+    unsafe { tb.trans() }.on_exec_shared(&shared);
 }
 
 /// `void qemu_plugin_register_vcpu_insn_exec_cb(struct qemu_plugin_insn *, qemu_plugin_vcpu_udata_cb_t, enum qemu_plugin_cb_flags, void *)`
@@ -365,10 +404,13 @@ pub unsafe extern "C" fn qemu_plugin_register_vcpu_insn_exec_cb(
         return;
     };
     // SAFETY: the instruction's view lives while the callback runs.
-    let callback = exec_callback(&unsafe { insn.tb() }.plugin, cb, Udata::new(udata));
+    // SAFETY: the instruction's view lives while the callback runs.
+    let Some(shared) = shared_exec(&unsafe { insn.tb() }.plugin, cb, udata, flags) else {
+        return;
+    };
     // SAFETY: inside the translation callback, no other view is in use.
     if let Some(mut view) = unsafe { insn.trans() } {
-        view.on_exec(access(flags), callback);
+        view.on_exec_shared(&shared);
     }
 }
 
@@ -389,10 +431,12 @@ pub unsafe extern "C" fn qemu_plugin_register_vcpu_mem_cb(
         return;
     };
     // SAFETY: the instruction's view lives while the callback runs.
-    let callback = mem_callback(&unsafe { insn.tb() }.plugin, cb, Udata::new(udata));
+    let Some(shared) = shared_mem(&unsafe { insn.tb() }.plugin, cb, udata, flags) else {
+        return;
+    };
     // SAFETY: inside the translation callback, no other view is in use.
     if let Some(mut view) = unsafe { insn.trans() } {
-        view.on_mem(mem_filter(rw), access(flags), callback);
+        view.on_mem_shared(mem_filter(rw), &shared);
     }
 }
 

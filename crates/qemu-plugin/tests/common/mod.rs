@@ -28,8 +28,22 @@ pub fn build_plugin(name: &str, version: u32) -> PathBuf {
     build_plugin_with(name, version, None)
 }
 
-/// [`build_plugin`] with `-D<define>`.
+/// [`build_plugin`] with `-D<define>`. Each plugin is built once per test
+/// binary: tests run in parallel, and two compilers writing one file would
+/// hand a test half a shared object.
 pub fn build_plugin_with(name: &str, version: u32, define: Option<&str>) -> PathBuf {
+    static BUILT: Mutex<Vec<(String, PathBuf)>> = Mutex::new(Vec::new());
+    let key = format!("{name}/{version}/{define:?}");
+    let mut built = BUILT.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some((_, path)) = built.iter().find(|(k, _)| *k == key) {
+        return path.clone();
+    }
+    let path = compile(name, version, define);
+    built.push((key, path.clone()));
+    path
+}
+
+fn compile(name: &str, version: u32, define: Option<&str>) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("tcgkit-qemu-plugins-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("scratch directory");
     let tag = define
