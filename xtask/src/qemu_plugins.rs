@@ -25,7 +25,7 @@
 //! the manifest records what was built, so an unchanged build is reused at
 //! once (`--force` rebuilds).
 
-use crate::realworld::{Tool, ensure_tools};
+use crate::realworld::{self, Tool, ensure_tools};
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -180,7 +180,7 @@ pub fn prepare_for_tests(root: &Path) -> Result<()> {
     }
     let source_at_hand =
         std::env::var_os(SOURCE_ENV).is_some() || tree_version(&layout.fetched_tree()).is_ok();
-    if source_at_hand && glib_available() && on_path("gcc") {
+    if source_at_hand && glib_available() && realworld::on_path("gcc") {
         return build(root, false);
     }
     println!(
@@ -334,13 +334,13 @@ fn fetch(layout: &Layout) -> Result<()> {
         Tool::new("xz", &["xz-utils"]),
     ])?;
     let download = layout.download();
-    let dsc = match find_dsc(&download)? {
+    let dsc = match realworld::find_dsc(&download)? {
         Some(dsc) => dsc,
         None => {
-            recreate_dir(&download)?;
+            realworld::recreate_dir(&download)?;
             println!("qemu-plugins: fetching Debian's {SOURCE_PACKAGE} source package");
-            apt_source(&download)?;
-            find_dsc(&download)?.with_context(|| {
+            realworld::apt_source(&download, SOURCE_PACKAGE)?;
+            realworld::find_dsc(&download)?.with_context(|| {
                 format!(
                     "apt-get source {SOURCE_PACKAGE} left no .dsc in {}",
                     download.display()
@@ -372,98 +372,6 @@ fn fetch(layout: &Layout) -> Result<()> {
         );
     }
     Ok(())
-}
-
-fn find_dsc(dir: &Path) -> Result<Option<PathBuf>> {
-    if !dir.is_dir() {
-        return Ok(None);
-    }
-    let mut found = None;
-    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
-        let path = entry?.path();
-        if path.extension().is_some_and(|e| e == "dsc") {
-            found = Some(path);
-        }
-    }
-    Ok(found)
-}
-
-/// `apt-get source --download-only qemu` in `dir`, adding a deb-src entry
-/// for this system's Debian release first when none is configured and we
-/// are root (the entry `cargo xtask realworld` adds, in the same file).
-fn apt_source(dir: &Path) -> Result<()> {
-    let attempt = || {
-        Command::new("apt-get")
-            .args(["source", "--download-only", "-q", SOURCE_PACKAGE])
-            .current_dir(dir)
-            .output()
-            .context("running apt-get source")
-    };
-    let mut out = attempt()?;
-    if !out.status.success()
-        && String::from_utf8_lossy(&out.stderr).contains("deb-src")
-        && is_root()
-    {
-        add_deb_src()?;
-        out = attempt()?;
-    }
-    if !out.status.success() {
-        bail!(
-            "apt-get source {SOURCE_PACKAGE} failed ({}):\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(())
-}
-
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| o.status.success() && o.stdout.trim_ascii() == b"0")
-}
-
-/// Adds `deb-src` for the running Debian release and refreshes the index.
-fn add_deb_src() -> Result<()> {
-    let release = std::fs::read_to_string("/etc/os-release").unwrap_or_default();
-    let codename = release
-        .lines()
-        .find_map(|l| l.strip_prefix("VERSION_CODENAME="))
-        .map(|c| c.trim_matches('"').to_owned())
-        .filter(|c| !c.is_empty())
-        .unwrap_or_else(|| "bookworm".to_owned());
-    let file = Path::new("/etc/apt/sources.list.d/tcgkit-deb-src.sources");
-    println!(
-        "qemu-plugins: adding {} (deb-src for {codename})",
-        file.display()
-    );
-    let entry = format!(
-        "Types: deb-src\nURIs: http://deb.debian.org/debian\nSuites: {codename} {codename}-updates\n\
-         Components: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
-    );
-    std::fs::write(file, entry).with_context(|| format!("writing {}", file.display()))?;
-    let status = Command::new("apt-get")
-        .args(["update", "-q"])
-        .stdout(Stdio::null())
-        .status()
-        .context("running apt-get update")?;
-    if !status.success() {
-        bail!("apt-get update failed ({status})");
-    }
-    Ok(())
-}
-
-fn recreate_dir(dir: &Path) -> Result<()> {
-    if dir.exists() {
-        std::fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;
-    }
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))
-}
-
-fn on_path(command: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(command).is_file()))
 }
 
 fn glib_available() -> bool {

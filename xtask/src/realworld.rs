@@ -232,12 +232,12 @@ impl Tool {
     }
 }
 
-fn on_path(command: &str) -> bool {
+pub(crate) fn on_path(command: &str) -> bool {
     std::env::var_os("PATH")
         .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(command).is_file()))
 }
 
-fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     Command::new("id")
         .arg("-u")
         .output()
@@ -359,7 +359,7 @@ fn verified_download(dir: &Path) -> Result<Option<(PathBuf, String)>> {
     Ok(Some((dsc, version)))
 }
 
-fn find_dsc(dir: &Path) -> Result<Option<PathBuf>> {
+pub(crate) fn find_dsc(dir: &Path) -> Result<Option<PathBuf>> {
     if !dir.is_dir() {
         return Ok(None);
     }
@@ -375,7 +375,7 @@ fn find_dsc(dir: &Path) -> Result<Option<PathBuf>> {
 
 /// `apt-get source --download-only`, adding a deb-src entry for this
 /// system's Debian release first when none is configured and we are root.
-fn apt_source(dir: &Path, package: &str) -> Result<()> {
+pub(crate) fn apt_source(dir: &Path, package: &str) -> Result<()> {
     let attempt = || {
         Command::new("apt-get")
             .args(["source", "--download-only", "-q", package])
@@ -494,7 +494,7 @@ fn verify_checksums(dir: &Path, dsc: &str) -> Result<()> {
     Ok(())
 }
 
-fn recreate_dir(dir: &Path) -> Result<()> {
+pub(crate) fn recreate_dir(dir: &Path) -> Result<()> {
     if dir.exists() {
         std::fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;
     }
