@@ -21,6 +21,7 @@ thread_local! {
 }
 
 /// Runs `f` (a plugin's execution callback) with `ctx` reachable.
+#[inline(always)]
 pub(crate) fn within<R>(ctx: &mut ExecContext<'_, '_>, f: impl FnOnce() -> R) -> R {
     let saved = CONTEXT.replace(std::ptr::from_mut(ctx).cast());
     struct Restore(*mut c_void);
@@ -34,6 +35,7 @@ pub(crate) fn within<R>(ctx: &mut ExecContext<'_, '_>, f: impl FnOnce() -> R) ->
 }
 
 /// Runs `f` (a plugin's memory callback) with `ctx` and `info` reachable.
+#[inline(always)]
 pub(crate) fn within_mem<R>(
     ctx: &mut ExecContext<'_, '_>,
     info: &MemAccessInfo,

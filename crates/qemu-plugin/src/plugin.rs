@@ -201,6 +201,7 @@ impl CPlugin {
     }
 
     /// Runs `f` (a call into the plugin's code) with the plugin current.
+    #[inline(always)]
     pub(crate) fn enter<R>(self: &Arc<Self>, f: impl FnOnce() -> R) -> R {
         struct Leave(*const CPlugin);
         impl Drop for Leave {
