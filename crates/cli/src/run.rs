@@ -258,7 +258,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                     for warning in &parsed.warnings {
                         eprintln!("tcgkit: warning: {warning}");
                     }
-                    tcgkit_qemu_plugin::install(&host, &parsed.path, &parsed.args)?;
+                    tcgkit_qemu_plugin::install_for::<Rv64>(&host, &parsed.path, &parsed.args)?;
                 }
                 PluginSpec::Bundled(spec) => {
                     if let Err(e) = host.install_spec(&registry, &spec) {

@@ -26,6 +26,7 @@ pub(crate) fn within<R>(ctx: &mut ExecContext<'_, '_>, f: impl FnOnce() -> R) ->
     let saved = CONTEXT.replace(std::ptr::from_mut(ctx).cast());
     struct Restore(*mut c_void);
     impl Drop for Restore {
+        #[inline(always)]
         fn drop(&mut self) {
             CONTEXT.set(self.0);
         }
@@ -44,6 +45,7 @@ pub(crate) fn within_mem<R>(
     let saved = ACCESS.replace(info);
     struct Restore(*const MemAccessInfo);
     impl Drop for Restore {
+        #[inline(always)]
         fn drop(&mut self) {
             ACCESS.set(self.0);
         }

@@ -46,7 +46,7 @@ pub use abi::{MAX_VERSION, MIN_VERSION};
 pub use context::{RegisterReader, with_registers};
 pub use crash::report_crashes;
 pub use exports::exported_names;
-pub use loader::{SharedObjectSpec, install, is_shared_object};
+pub use loader::{SharedObjectSpec, install, install_for, is_shared_object};
 
 /// Why a QEMU plugin could not be loaded.
 #[derive(Debug, thiserror::Error)]

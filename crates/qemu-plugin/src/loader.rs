@@ -21,6 +21,32 @@ pub fn install(
     path: &Path,
     args: &[String],
 ) -> Result<tcgkit_plugin_api::PluginId, QemuPluginError> {
+    install_with(host, path, args, crate::plugin::Callbacks::plain())
+}
+
+/// [`install`] for an engine with frontend `F`: a callback the plugin
+/// attaches to every instruction of a block runs in the engine's loop
+/// compiled around it (plugin-api's `inlined_exec_callback`), as the
+/// bundled plugins built with `PluginRegistry::bundled_for` do.
+pub fn install_for<F: tcgkit_tcg_core::Frontend>(
+    host: &PluginHost,
+    path: &Path,
+    args: &[String],
+) -> Result<tcgkit_plugin_api::PluginId, QemuPluginError> {
+    install_with(
+        host,
+        path,
+        args,
+        crate::plugin::Callbacks::inlined_for::<F>(),
+    )
+}
+
+fn install_with(
+    host: &PluginHost,
+    path: &Path,
+    args: &[String],
+    callbacks: crate::plugin::Callbacks,
+) -> Result<tcgkit_plugin_api::PluginId, QemuPluginError> {
     crate::exports::keep_linked();
     let shown = path.display().to_string();
     let name = shown.clone();
@@ -78,6 +104,7 @@ pub fn install(
         args,
         host.guest(),
         library.into(),
+        callbacks,
     );
     host.install(
         &name,

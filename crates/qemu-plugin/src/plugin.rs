@@ -76,6 +76,46 @@ pub(crate) struct SharedCallbacks {
         std::collections::HashMap<(usize, usize, c_int), tcgkit_plugin_api::SharedMemCallback>,
 }
 
+/// How a C plugin's shared callbacks are made: plain, or with the engine's
+/// loop compiled around them for its frontend (`install_for`), so that a
+/// block whose every instruction calls one C function makes a direct call
+/// per instruction rather than a call through `dyn`.
+#[derive(Clone, Copy)]
+pub(crate) struct Callbacks {
+    pub(crate) exec: fn(
+        &PluginHandle,
+        tcgkit_plugin_api::Access,
+        crate::exports::ExecCall,
+    ) -> tcgkit_plugin_api::SharedExecCallback,
+    pub(crate) mem: fn(
+        &PluginHandle,
+        tcgkit_plugin_api::Access,
+        crate::exports::MemCall,
+    ) -> tcgkit_plugin_api::SharedMemCallback,
+}
+
+impl Callbacks {
+    /// Shared callbacks any engine runs.
+    pub(crate) fn plain() -> Callbacks {
+        Callbacks {
+            exec: |h, access, call| h.shared_exec_callback(access, move |ctx| call.call(ctx)),
+            mem: |h, access, call| {
+                h.shared_mem_callback(access, move |ctx, info| call.call(ctx, info))
+            },
+        }
+    }
+
+    /// Callbacks inlined into the loops of an engine with frontend `F`.
+    pub(crate) fn inlined_for<F: tcgkit_tcg_core::Frontend>() -> Callbacks {
+        Callbacks {
+            exec: |h, access, call| h.inlined_exec_callback::<F>(access, move |ctx| call.call(ctx)),
+            mem: |h, access, call| {
+                h.inlined_mem_callback::<F>(access, move |ctx, info| call.call(ctx, info))
+            },
+        }
+    }
+}
+
 /// A QEMU plugin shared object installed into a plugin host.
 pub(crate) struct CPlugin {
     /// The id its callbacks are given (`qemu_plugin_id_t`).
@@ -91,6 +131,8 @@ pub(crate) struct CPlugin {
     pub(crate) slots: Mutex<Slots>,
     /// Its shared execution and memory callbacks (see [`SharedCallbacks`]).
     pub(crate) shared: Mutex<SharedCallbacks>,
+    /// How they are made.
+    pub(crate) callbacks: Callbacks,
     /// What it was told once already.
     warned: Mutex<Vec<String>>,
     install: InstallFn,
@@ -135,6 +177,7 @@ impl CPlugin {
         args: Vec<CString>,
         guest: &GuestInfo,
         library: Library,
+        callbacks: Callbacks,
     ) -> Arc<CPlugin> {
         let plugin = Arc::new(CPlugin {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -143,6 +186,7 @@ impl CPlugin {
             handle: OnceLock::new(),
             slots: Mutex::new(Slots::default()),
             shared: Mutex::new(SharedCallbacks::default()),
+            callbacks,
             warned: Mutex::new(Vec::new()),
             install,
             args,
@@ -205,6 +249,7 @@ impl CPlugin {
     pub(crate) fn enter<R>(self: &Arc<Self>, f: impl FnOnce() -> R) -> R {
         struct Leave(*const CPlugin);
         impl Drop for Leave {
+            #[inline(always)]
             fn drop(&mut self) {
                 CURRENT.set(self.0);
             }

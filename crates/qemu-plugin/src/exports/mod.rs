@@ -36,6 +36,7 @@ mod translation;
 pub use lifecycle::*;
 pub use runtime::*;
 pub use translation::*;
+pub(crate) use translation::{ExecCall, MemCall};
 
 /// A pointer the plugin gave with a callback, handed back to it untouched.
 #[derive(Clone, Copy)]

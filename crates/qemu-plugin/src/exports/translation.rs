@@ -20,37 +20,60 @@ use crate::trans::{Insn, Tb, interned};
 
 use super::runtime::{ScoreboardEntry, entry_ref};
 
+/// A call of the plugin's execution callback `cb(vcpu, udata)`: a named
+/// type, so that a loop compiled for the engine's frontend can be built
+/// around it (see [`crate::plugin::Callbacks`]).
+pub(crate) struct ExecCall {
+    plugin: Arc<CPlugin>,
+    cb: VcpuUdataCb,
+    udata: Udata,
+}
+
+impl ExecCall {
+    #[inline(always)]
+    pub(crate) fn call(&self, ctx: &mut ExecContext<'_, '_>) {
+        let vcpu = ctx.vcpu();
+        let (cb, udata) = (self.cb, self.udata);
+        context::within(ctx, || {
+            // SAFETY: `cb` is the plugin's function of this type, called
+            // with the vCPU index and the plugin's own pointer, as QEMU does.
+            self.plugin.enter(|| unsafe { cb(vcpu, udata.get()) });
+        });
+    }
+}
+
 /// An execution callback calling the plugin's `cb(vcpu, udata)`.
 fn exec_callback(
     plugin: &Arc<CPlugin>,
     cb: VcpuUdataCb,
     udata: Udata,
 ) -> impl Fn(&mut ExecContext<'_, '_>) + Send + Sync + 'static {
-    let plugin = Arc::clone(plugin);
-    move |ctx| {
-        let vcpu = ctx.vcpu();
-        context::within(ctx, || {
-            // SAFETY: `cb` is the plugin's function of this type, called
-            // with the vCPU index and the plugin's own pointer, as QEMU does.
-            plugin.enter(|| unsafe { cb(vcpu, udata.get()) });
-        });
-    }
+    let call = ExecCall {
+        plugin: Arc::clone(plugin),
+        cb,
+        udata,
+    };
+    move |ctx| call.call(ctx)
 }
 
-/// A memory callback calling the plugin's `cb(vcpu, meminfo, vaddr, udata)`.
-fn mem_callback(
-    plugin: &Arc<CPlugin>,
+/// A call of the plugin's memory callback `cb(vcpu, meminfo, vaddr, udata)`
+/// (named, as [`ExecCall`] is).
+pub(crate) struct MemCall {
+    plugin: Arc<CPlugin>,
     cb: MemCb,
     udata: Udata,
-) -> impl Fn(&mut ExecContext<'_, '_>, &MemAccessInfo) + Send + Sync + 'static {
-    let plugin = Arc::clone(plugin);
-    move |ctx, info| {
+}
+
+impl MemCall {
+    #[inline(always)]
+    pub(crate) fn call(&self, ctx: &mut ExecContext<'_, '_>, info: &MemAccessInfo) {
         let vcpu = ctx.vcpu();
         let meminfo: MemInfo = abi::meminfo(info.size, info.sign_extended, info.is_store);
-        let addr = info.addr;
+        let (addr, cb, udata) = (info.addr, self.cb, self.udata);
         context::within_mem(ctx, info, || {
             // SAFETY: the plugin's memory callback, with QEMU's arguments.
-            plugin.enter(|| unsafe { cb(vcpu, meminfo, addr, udata.get()) });
+            self.plugin
+                .enter(|| unsafe { cb(vcpu, meminfo, addr, udata.get()) });
         });
     }
 }
@@ -69,9 +92,15 @@ fn shared_exec(
     let handle = plugin.handle()?;
     let key = (cb as usize, udata as usize, flags);
     let mut shared = plugin.shared.lock().unwrap_or_else(PoisonError::into_inner);
-    let made = shared.exec.entry(key).or_insert_with(|| {
-        handle.shared_exec_callback(access(flags), exec_callback(plugin, cb, Udata::new(udata)))
-    });
+    let call = ExecCall {
+        plugin: Arc::clone(plugin),
+        cb,
+        udata: Udata::new(udata),
+    };
+    let made = shared
+        .exec
+        .entry(key)
+        .or_insert_with(|| (plugin.callbacks.exec)(handle, access(flags), call));
     Some(made.clone())
 }
 
@@ -85,9 +114,15 @@ fn shared_mem(
     let handle = plugin.handle()?;
     let key = (cb as usize, udata as usize, flags);
     let mut shared = plugin.shared.lock().unwrap_or_else(PoisonError::into_inner);
-    let made = shared.mem.entry(key).or_insert_with(|| {
-        handle.shared_mem_callback(access(flags), mem_callback(plugin, cb, Udata::new(udata)))
-    });
+    let call = MemCall {
+        plugin: Arc::clone(plugin),
+        cb,
+        udata: Udata::new(udata),
+    };
+    let made = shared
+        .mem
+        .entry(key)
+        .or_insert_with(|| (plugin.callbacks.mem)(handle, access(flags), call));
     Some(made.clone())
 }
 
