@@ -1272,7 +1272,6 @@ fn insn_disas_is_qemus_text() {
 /// Compared on cache's tables, which name the function of each listed
 /// instruction (`integer` keeps its symbols).
 #[test]
-#[ignore = "known difference: among aliases at one address tcgkit names another (e.g. malloc for __malloc); cargo test -- --ignored shows it"]
 fn insn_symbol_is_qemus_choice_among_aliases() {
     let Some(lib) = plugin("libcache.so") else {
         return;

@@ -40,6 +40,7 @@ mod exports;
 mod glib;
 mod loader;
 mod plugin;
+mod symbols;
 mod trans;
 
 pub use abi::{MAX_VERSION, MIN_VERSION};

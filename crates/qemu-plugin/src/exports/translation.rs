@@ -16,6 +16,7 @@ use crate::abi::{self, MemCb, MemInfo, VcpuUdataCb};
 use crate::context;
 use crate::glib::Glib;
 use crate::plugin::CPlugin;
+use crate::symbols::QemuSymbols;
 use crate::trans::{Insn, Tb, interned};
 
 use super::runtime::{ScoreboardEntry, entry_ref};
@@ -384,7 +385,8 @@ pub unsafe extern "C" fn qemu_plugin_insn_disas(insn: *const c_void) -> *mut c_c
 }
 
 /// `const char *qemu_plugin_insn_symbol(const struct qemu_plugin_insn *)`:
-/// the function symbol holding the instruction, or NULL.
+/// the function symbol of the program holding the instruction, chosen
+/// among aliases as QEMU chooses (see `symbols.rs`), or NULL.
 ///
 /// # Safety
 /// As for [`qemu_plugin_tb_n_insns`].
@@ -394,11 +396,33 @@ pub unsafe extern "C" fn qemu_plugin_insn_symbol(insn: *const c_void) -> *const 
     let Some(insn) = (unsafe { insn_ref(insn) }) else {
         return std::ptr::null();
     };
-    // SAFETY: inside the translation callback, no other view is in use.
-    let Some(view) = (unsafe { insn.trans() }) else {
-        return std::ptr::null();
+    // SAFETY: the instruction's view lives while the callback runs.
+    let plugin = &unsafe { insn.tb() }.plugin;
+    program_symbols(plugin)
+        .lookup(insn.vaddr)
+        .map_or(std::ptr::null(), interned)
+}
+
+/// The guest program's symbols as QEMU orders them, read once per program
+/// (QEMU knows the program's and the interpreter's symbols only; tcgkit
+/// reads the program's).
+fn program_symbols(plugin: &CPlugin) -> Arc<QemuSymbols> {
+    type Known = Vec<((std::path::PathBuf, u64), Arc<QemuSymbols>)>;
+    static KNOWN: std::sync::Mutex<Known> = std::sync::Mutex::new(Vec::new());
+    let Some(program) = plugin.handle().and_then(|h| h.guest().program.clone()) else {
+        return Arc::default();
     };
-    view.symbol().map_or(std::ptr::null(), interned)
+    let key = (program.path.clone(), program.start_code);
+    let mut known = KNOWN.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some((_, symbols)) = known.iter().find(|(k, _)| *k == key) {
+        return Arc::clone(symbols);
+    }
+    let symbols = std::fs::read(&program.path).map_or_else(
+        |_| Arc::default(),
+        |bytes| Arc::new(QemuSymbols::for_program(&bytes, program.start_code)),
+    );
+    known.push((key, Arc::clone(&symbols)));
+    symbols
 }
 
 /// `void qemu_plugin_register_vcpu_tb_exec_cb(struct qemu_plugin_tb *, qemu_plugin_vcpu_udata_cb_t, enum qemu_plugin_cb_flags, void *)`
