@@ -514,6 +514,16 @@ fn raw_add(
     }
 }
 
+/// Attaches QEMU's v1 inline add on the plugin's `u64` at `ptr` to `target`.
+fn raw_inline(target: Option<(Target<'_>, Arc<CPlugin>)>, op: c_int, ptr: *mut c_void, imm: u64) {
+    let Some((mut target, _)) = target else {
+        return;
+    };
+    if op == abi::INLINE_ADD_U64 && !ptr.is_null() {
+        target.on_exec(Access::NONE, raw_add(ptr, imm));
+    }
+}
+
 /// v1: `void qemu_plugin_register_vcpu_tb_exec_inline(struct qemu_plugin_tb *, enum qemu_plugin_op, void *ptr, uint64_t imm)`
 ///
 /// # Safety
@@ -527,14 +537,7 @@ pub unsafe extern "C" fn qemu_plugin_register_vcpu_tb_exec_inline(
     imm: u64,
 ) {
     // SAFETY: forwarded.
-    let Some(tb) = (unsafe { tb_ref(tb) }) else {
-        return;
-    };
-    if op != abi::INLINE_ADD_U64 || ptr.is_null() {
-        return;
-    }
-    // SAFETY: inside the translation callback, no other view is in use.
-    unsafe { tb.trans() }.on_exec(Access::NONE, raw_add(ptr, imm));
+    raw_inline(unsafe { tb_target(tb) }, op, ptr, imm);
 }
 
 /// v1: `void qemu_plugin_register_vcpu_insn_exec_inline(struct qemu_plugin_insn *, enum qemu_plugin_op, void *ptr, uint64_t imm)`
@@ -549,16 +552,7 @@ pub unsafe extern "C" fn qemu_plugin_register_vcpu_insn_exec_inline(
     imm: u64,
 ) {
     // SAFETY: forwarded.
-    let Some(insn) = (unsafe { insn_ref(insn) }) else {
-        return;
-    };
-    if op != abi::INLINE_ADD_U64 || ptr.is_null() {
-        return;
-    }
-    // SAFETY: inside the translation callback, no other view is in use.
-    if let Some(mut view) = unsafe { insn.trans() } {
-        view.on_exec(Access::NONE, raw_add(ptr, imm));
-    }
+    raw_inline(unsafe { insn_target(insn) }, op, ptr, imm);
 }
 
 /// v1: `void qemu_plugin_register_vcpu_mem_inline(struct qemu_plugin_insn *, enum qemu_plugin_mem_rw, enum qemu_plugin_op, void *ptr, uint64_t imm)`
@@ -587,6 +581,19 @@ pub unsafe extern "C" fn qemu_plugin_register_vcpu_mem_inline(
     }
 }
 
+/// Attaches a v2+ inline operation on a scoreboard entry to `target`.
+fn inline_per_vcpu(
+    target: Option<(Target<'_>, Arc<CPlugin>)>,
+    op: c_int,
+    entry: Option<ScoreboardEntry>,
+    imm: u64,
+) {
+    if let (Some((mut target, _)), Some(entry), Some(kind)) = (target, entry, inline_kind(op, imm))
+    {
+        target.on_exec_inline(&entry, kind);
+    }
+}
+
 /// v2+: `void qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(struct qemu_plugin_tb *, enum qemu_plugin_op, qemu_plugin_u64 entry, uint64_t imm)`:
 /// applies the operation to the executing vCPU's entry, without a call.
 ///
@@ -601,14 +608,8 @@ pub unsafe extern "C" fn qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(
     imm: u64,
 ) {
     // SAFETY: forwarded.
-    let (Some((mut target, _)), Some(entry), Some(kind)) = (
-        unsafe { tb_target(tb) },
-        unsafe { entry_ref(entry) },
-        inline_kind(op, imm),
-    ) else {
-        return;
-    };
-    target.on_exec_inline(&entry, kind);
+    let (target, entry) = unsafe { (tb_target(tb), entry_ref(entry)) };
+    inline_per_vcpu(target, op, entry, imm);
 }
 
 /// v2+: `void qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(struct qemu_plugin_insn *, enum qemu_plugin_op, qemu_plugin_u64 entry, uint64_t imm)`
@@ -623,14 +624,8 @@ pub unsafe extern "C" fn qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(
     imm: u64,
 ) {
     // SAFETY: forwarded.
-    let (Some((mut target, _)), Some(entry), Some(kind)) = (
-        unsafe { insn_target(insn) },
-        unsafe { entry_ref(entry) },
-        inline_kind(op, imm),
-    ) else {
-        return;
-    };
-    target.on_exec_inline(&entry, kind);
+    let (target, entry) = unsafe { (insn_target(insn), entry_ref(entry)) };
+    inline_per_vcpu(target, op, entry, imm);
 }
 
 /// v2+: `void qemu_plugin_register_vcpu_mem_inline_per_vcpu(struct qemu_plugin_insn *, enum qemu_plugin_mem_rw, enum qemu_plugin_op, qemu_plugin_u64 entry, uint64_t imm)`
