@@ -116,6 +116,51 @@ impl Callbacks {
     }
 }
 
+/// Version 1's inline adds target the plugin's own `uint64_t`s, which
+/// tcg-core cannot add to inline. Each such counter gets a one-slot
+/// scoreboard that the engine adds to inline, and the sum is moved into the
+/// plugin's counter before any of the plugin's code runs (every call into
+/// it goes through `CPlugin::enter`), so the plugin never sees a count it
+/// would not have seen under QEMU.
+#[derive(Default)]
+pub(crate) struct RawCounters {
+    /// (the plugin's counter, the board the engine adds to), by counter.
+    counters: Vec<(usize, std::sync::Arc<tcgkit_plugin_api::Scoreboard>)>,
+}
+
+impl RawCounters {
+    /// The board standing for the plugin's counter at `ptr`.
+    pub(crate) fn board_for(
+        &mut self,
+        ptr: usize,
+        vcpus: usize,
+    ) -> std::sync::Arc<tcgkit_plugin_api::Scoreboard> {
+        if let Some((_, board)) = self.counters.iter().find(|(p, _)| *p == ptr) {
+            return std::sync::Arc::clone(board);
+        }
+        let board = std::sync::Arc::new(tcgkit_plugin_api::Scoreboard::new(1, vcpus));
+        self.counters.push((ptr, std::sync::Arc::clone(&board)));
+        board
+    }
+
+    /// Moves what the engine added into the plugin's counters.
+    fn flush(&self) {
+        for (ptr, board) in &self.counters {
+            let added = (0..board.vcpus() as u32)
+                .filter_map(|vcpu| board.row(vcpu).and_then(|row| row.first()))
+                .fold(0u64, |sum, cell| {
+                    sum.wrapping_add(cell.swap(0, std::sync::atomic::Ordering::Relaxed))
+                });
+            if added != 0 {
+                let cell = *ptr as *mut u64;
+                // SAFETY: the plugin gave this pointer to a u64 it keeps for
+                // the run, to be added to (QEMU adds to it the same way).
+                unsafe { cell.write_unaligned(cell.read_unaligned().wrapping_add(added)) };
+            }
+        }
+    }
+}
+
 /// A QEMU plugin shared object installed into a plugin host.
 pub(crate) struct CPlugin {
     /// The id its callbacks are given (`qemu_plugin_id_t`).
@@ -133,6 +178,10 @@ pub(crate) struct CPlugin {
     pub(crate) shared: Mutex<SharedCallbacks>,
     /// How they are made.
     pub(crate) callbacks: Callbacks,
+    /// Its v1 inline counters (see [`RawCounters`]).
+    pub(crate) raw_counters: Mutex<RawCounters>,
+    /// `raw_counters` has some: read without the lock on every call into C.
+    has_raw_counters: std::sync::atomic::AtomicBool,
     /// What it was told once already.
     warned: Mutex<Vec<String>>,
     install: InstallFn,
@@ -187,6 +236,8 @@ impl CPlugin {
             slots: Mutex::new(Slots::default()),
             shared: Mutex::new(SharedCallbacks::default()),
             callbacks,
+            raw_counters: Mutex::new(RawCounters::default()),
+            has_raw_counters: std::sync::atomic::AtomicBool::new(false),
             warned: Mutex::new(Vec::new()),
             install,
             args,
@@ -244,9 +295,35 @@ impl CPlugin {
         !current.is_null() && unsafe { (*current).version >= v }
     }
 
-    /// Runs `f` (a call into the plugin's code) with the plugin current.
+    /// The board the engine adds to for the plugin's v1 counter at `ptr`.
+    pub(crate) fn raw_counter(
+        &self,
+        ptr: usize,
+        vcpus: usize,
+    ) -> Arc<tcgkit_plugin_api::Scoreboard> {
+        let board = self
+            .raw_counters
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .board_for(ptr, vcpus);
+        self.has_raw_counters
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        board
+    }
+
+    /// Runs `f` (a call into the plugin's code) with the plugin current,
+    /// its v1 inline counters up to date.
     #[inline(always)]
     pub(crate) fn enter<R>(self: &Arc<Self>, f: impl FnOnce() -> R) -> R {
+        if self
+            .has_raw_counters
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            self.raw_counters
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .flush();
+        }
         struct Leave(*const CPlugin);
         impl Drop for Leave {
             #[inline(always)]

@@ -87,6 +87,11 @@ pub(crate) struct ScoreboardEntry {
 }
 
 impl ScoreboardEntry {
+    /// The entry at byte `offset` of each element of `board`.
+    pub(crate) fn new(board: Arc<Scoreboard>, offset: usize) -> ScoreboardEntry {
+        ScoreboardEntry { board, offset }
+    }
+
     pub(crate) fn board(&self) -> &Arc<Scoreboard> {
         &self.board
     }

@@ -499,28 +499,23 @@ pub unsafe extern "C" fn qemu_plugin_register_vcpu_mem_cb(
     }
 }
 
-/// Adds `imm` to the plugin's `u64` at `ptr` (QEMU's v1 inline add: a plain,
-/// non-atomic add on memory the plugin owns).
-fn raw_add(
-    ptr: *mut c_void,
-    imm: u64,
-) -> impl Fn(&mut ExecContext<'_, '_>) + Send + Sync + 'static {
-    let target = Udata::new(ptr);
-    move |_| {
-        let cell = target.get().cast::<u64>();
-        // SAFETY: the plugin gave this pointer to a u64 it keeps for the
-        // run, to be added to on every execution (QEMU emits the same add).
-        unsafe { cell.write_unaligned(cell.read_unaligned().wrapping_add(imm)) };
-    }
+/// The scoreboard entry the engine adds to inline for the plugin's v1
+/// counter at `ptr` (moved into the counter before the plugin's code runs:
+/// see `plugin::RawCounters`).
+fn raw_entry(plugin: &CPlugin, ptr: *mut c_void) -> ScoreboardEntry {
+    let vcpus = plugin
+        .handle()
+        .map_or(1, |h| h.guest().vcpus.max(1) as usize);
+    ScoreboardEntry::new(plugin.raw_counter(ptr as usize, vcpus), 0)
 }
 
 /// Attaches QEMU's v1 inline add on the plugin's `u64` at `ptr` to `target`.
 fn raw_inline(target: Option<(Target<'_>, Arc<CPlugin>)>, op: c_int, ptr: *mut c_void, imm: u64) {
-    let Some((mut target, _)) = target else {
+    let Some((mut target, plugin)) = target else {
         return;
     };
     if op == abi::INLINE_ADD_U64 && !ptr.is_null() {
-        target.on_exec(Access::NONE, raw_add(ptr, imm));
+        target.on_exec_inline(&raw_entry(&plugin, ptr), InlineKind::Add(imm));
     }
 }
 
@@ -568,16 +563,15 @@ pub unsafe extern "C" fn qemu_plugin_register_vcpu_mem_inline(
     imm: u64,
 ) {
     // SAFETY: forwarded.
-    let Some(insn) = (unsafe { insn_ref(insn) }) else {
+    let Some((target, plugin)) = (unsafe { insn_target(insn) }) else {
         return;
     };
     if op != abi::INLINE_ADD_U64 || ptr.is_null() {
         return;
     }
-    let add = raw_add(ptr, imm);
-    // SAFETY: inside the translation callback, no other view is in use.
-    if let Some(mut view) = unsafe { insn.trans() } {
-        view.on_mem(mem_filter(rw), Access::NONE, move |ctx, _| add(ctx));
+    if let Target::Insn(mut insn) = target {
+        let entry = raw_entry(&plugin, ptr);
+        insn.on_mem_inline(mem_filter(rw), entry.board(), 0, InlineKind::Add(imm));
     }
 }
 
