@@ -349,29 +349,12 @@ fn fetch(layout: &Layout) -> Result<()> {
         }
     };
     let tree = layout.fetched_tree();
-    if tree.exists() {
-        std::fs::remove_dir_all(&tree).with_context(|| format!("removing {}", tree.display()))?;
-    }
     println!("qemu-plugins: unpacking {}", dsc.display());
     // dpkg-source checks every file against the .dsc's checksums first.
-    let out = Command::new("dpkg-source")
-        .arg("-x")
-        .arg(&dsc)
-        .arg(&tree)
-        .current_dir(&download)
-        .output()
-        .context("running dpkg-source")?;
-    if !out.status.success() {
+    realworld::unpack(&dsc, &download, &tree).inspect_err(|_| {
         // A corrupted download is fetched again next time.
         let _ = std::fs::remove_dir_all(&download);
-        bail!(
-            "dpkg-source -x {} failed ({}):\n{}",
-            dsc.display(),
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(())
+    })
 }
 
 fn glib_available() -> bool {

@@ -324,14 +324,21 @@ fn fetch_source(layout: &Layout, package: &str) -> Result<Source> {
         }
     };
     let tree = layout.dir.join("src").join(package);
+    unpack(&dsc, &download, &tree)?;
+    Ok(Source { tree, version })
+}
+
+/// `dpkg-source -x DSC TREE` in `download` (which holds the files the .dsc
+/// lists), replacing whatever `tree` held.
+pub(crate) fn unpack(dsc: &Path, download: &Path, tree: &Path) -> Result<()> {
     if tree.exists() {
-        std::fs::remove_dir_all(&tree).with_context(|| format!("removing {}", tree.display()))?;
+        std::fs::remove_dir_all(tree).with_context(|| format!("removing {}", tree.display()))?;
     }
     let out = Command::new("dpkg-source")
         .arg("-x")
-        .arg(&dsc)
-        .arg(&tree)
-        .current_dir(&download)
+        .arg(dsc)
+        .arg(tree)
+        .current_dir(download)
         .output()
         .context("running dpkg-source")?;
     if !out.status.success() {
@@ -342,7 +349,7 @@ fn fetch_source(layout: &Layout, package: &str) -> Result<Source> {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    Ok(Source { tree, version })
+    Ok(())
 }
 
 /// The .dsc in `dir` and its version, after checking every file it lists.
