@@ -93,15 +93,15 @@ fn shared_exec(
     let handle = plugin.handle()?;
     let key = (cb as usize, udata as usize, flags);
     let mut shared = plugin.shared.lock().unwrap_or_else(PoisonError::into_inner);
-    let call = ExecCall {
-        plugin: Arc::clone(plugin),
-        cb,
-        udata: Udata::new(udata),
-    };
-    let made = shared
-        .exec
-        .entry(key)
-        .or_insert_with(|| (plugin.callbacks.exec)(handle, access(flags), call));
+    // Made only the first time: attaching it again is the common case.
+    let made = shared.exec.entry(key).or_insert_with(|| {
+        let call = ExecCall {
+            plugin: Arc::clone(plugin),
+            cb,
+            udata: Udata::new(udata),
+        };
+        (plugin.callbacks.exec)(handle, access(flags), call)
+    });
     Some(made.clone())
 }
 
@@ -115,15 +115,15 @@ fn shared_mem(
     let handle = plugin.handle()?;
     let key = (cb as usize, udata as usize, flags);
     let mut shared = plugin.shared.lock().unwrap_or_else(PoisonError::into_inner);
-    let call = MemCall {
-        plugin: Arc::clone(plugin),
-        cb,
-        udata: Udata::new(udata),
-    };
-    let made = shared
-        .mem
-        .entry(key)
-        .or_insert_with(|| (plugin.callbacks.mem)(handle, access(flags), call));
+    // Made only the first time: attaching it again is the common case.
+    let made = shared.mem.entry(key).or_insert_with(|| {
+        let call = MemCall {
+            plugin: Arc::clone(plugin),
+            cb,
+            udata: Udata::new(udata),
+        };
+        (plugin.callbacks.mem)(handle, access(flags), call)
+    });
     Some(made.clone())
 }
 
