@@ -38,7 +38,7 @@ tasks:
   fixtures  rebuild the RV64 guest programs in fixtures/guests/ (needs riscv64-linux-gnu-gcc)
   realworld [--force]  build lua, zstd and sqlite3 for RV64 from Debian source packages into target/realworld/
   qemu-plugins [--force]  build QEMU 7.2's own TCG plugins from Debian's qemu source package into target/qemu-plugins-7.2/, for tests/qemu_plugins.rs ($TCGKIT_QEMU_SRC: use that unpacked tree)
-  bench-vs-qemu [--runs N] [--only NAME,...] [--flush] [--no-docs]  time qemu-riscv64 vs tcgkit, bare and with plugins (--flush: also the mass-flush curve); update docs/benchmarks.md
+  bench-vs-qemu [--runs N] [--workloads NAME,...] [--configs NAME,...] [--jit off|on|both] [--flush] [--no-docs]  time qemu-riscv64 vs tcgkit (TCGKIT_JIT=off and on by default), bare and with plugins; --workloads (or --only) and --configs (bare, insn-inline, insn-callback, insn-callback-per-vcpu, mem-callback, tb-count, reset) pick a subset; --flush: also the mass-flush curve; update docs/benchmarks.md
   reset-count [--only NAME,...] [--no-docs]  host instructions per reset from a callback, both emulators under callgrind (default workload: malloc); update docs/benchmarks.md";
 
 fn project_root() -> PathBuf {

@@ -97,7 +97,13 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
     for workload in &chosen {
         // N from the instruction count, as the wall-clock section takes it.
         let probe = counted(
-            tcgkit_plugin_command(&tcgkit, Some(&reset::tcgkit_spec(0)), workload, &scratch),
+            tcgkit_plugin_command(
+                &tcgkit,
+                None,
+                Some(&reset::tcgkit_spec(0)),
+                workload,
+                &scratch,
+            ),
             workload,
             &scratch.join("tcgkit-plugin.log"),
             None,
@@ -131,7 +137,13 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
                 Some(&["--smc-check=all-non-file"]),
             )?;
             let ours = counted(
-                tcgkit_plugin_command(&tcgkit, Some(&reset::tcgkit_spec(n)), workload, &scratch),
+                tcgkit_plugin_command(
+                    &tcgkit,
+                    None,
+                    Some(&reset::tcgkit_spec(n)),
+                    workload,
+                    &scratch,
+                ),
                 workload,
                 &scratch.join("tcgkit-plugin.log"),
                 Some(&[]),
