@@ -315,6 +315,9 @@ struct State {
     /// The guest registers callbacks can read, by name (from the engine's
     /// frontend, once attached).
     register_names: &'static [&'static str],
+    /// The engine's frontend's QEMU-syntax disassembler, once attached
+    /// (views reach it through their `GuestView`).
+    qemu_disassembler: Option<fn(&[u8], u64) -> String>,
     /// The highest vCPU index started plus one.
     vcpus_started: u32,
 }
@@ -331,8 +334,9 @@ impl State {
 
     /// Rebuilds the symbols and modules views report, after a change.
     fn rebuild_guest(&mut self) {
-        let guest = Arc::new(GuestView::new(&self.base_symbols, &self.modules));
-        self.set_trans(guest);
+        let mut guest = GuestView::new(&self.base_symbols, &self.modules);
+        guest.qemu_disassembler = self.qemu_disassembler;
+        self.set_trans(Arc::new(guest));
     }
 
     fn set_trans(&mut self, guest: Arc<GuestView>) {
@@ -1147,6 +1151,8 @@ impl PluginHost {
             state.flushers.clear();
             state.flushers.push(engine.flush_handle());
             state.register_names = engine.frontend().register_names();
+            state.qemu_disassembler = engine.frontend().qemu_disassembler();
+            state.rebuild_guest();
         }
         engine.set_instrumentation(Some(Arc::clone(&self.inner) as Arc<dyn Instrumentation>));
     }

@@ -66,12 +66,17 @@ impl ModuleInfo {
 }
 
 /// What translation-time views know of the guest's code: the symbols of
-/// the embedder's table and of every module, and the live modules.
+/// the embedder's table and of every module, the live modules, and how
+/// QEMU disassembles its instructions.
 #[derive(Default)]
 pub(crate) struct GuestView {
     pub(crate) symbols: SymbolTable,
     /// Sorted by start address; they do not overlap.
     modules: Vec<Arc<ModuleInfo>>,
+    /// The engine's frontend's QEMU-syntax disassembler
+    /// ([`tcgkit_tcg_core::Frontend::qemu_disassembler`]), once the host is
+    /// attached to an engine whose frontend has one.
+    pub(crate) qemu_disassembler: Option<fn(&[u8], u64) -> String>,
 }
 
 impl GuestView {
@@ -85,6 +90,7 @@ impl GuestView {
         GuestView {
             symbols,
             modules: sorted,
+            qemu_disassembler: None,
         }
     }
 

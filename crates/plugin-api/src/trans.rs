@@ -499,6 +499,17 @@ impl InsnTrans<'_> {
         self.view.disassemble(self.index).unwrap_or_default()
     }
 
+    /// Disassembly text as QEMU prints it (what `qemu_plugin_insn_disas`
+    /// returns under QEMU), when the engine's frontend has QEMU's syntax
+    /// ([`Frontend::qemu_disassembler`]) and the host is attached to the
+    /// engine; otherwise [`InsnTrans::disassembly`].
+    pub fn qemu_disassembly(&self) -> String {
+        match self.guest.qemu_disassembler {
+            Some(disassemble) => disassemble(&self.info.bytes(), self.info.pc),
+            None => self.disassembly(),
+        }
+    }
+
     /// The guest function containing the instruction, if symbols are known
     /// (the embedder's table, and every reported module's).
     pub fn symbol(&self) -> Option<&str> {

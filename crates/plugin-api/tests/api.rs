@@ -674,6 +674,7 @@ fn tb_trans_sees_bytes_disassembly_and_symbols() -> TestResult {
                         insn.bytes(),
                         insn.disassembly(),
                         insn.symbol().map(str::to_owned),
+                        insn.qemu_disassembly(),
                     ));
                 }
             });
@@ -689,6 +690,13 @@ fn tb_trans_sees_bytes_disassembly_and_symbols() -> TestResult {
     );
     assert_eq!(first.5, loop_program()[0].to_le_bytes());
     assert_eq!(first.6, format!("li a0, {DATA:#x}"));
+    // QEMU's text, as qemu_plugin_insn_disas gives it (the riscv frontend
+    // has QEMU's syntax): hex encoding, columns, trailing padding.
+    assert_eq!(
+        first.8,
+        "00010537          lui                     a0,65536"
+    );
+    assert_eq!(seen[12].8, "00000073          ecall                   ");
     assert_eq!(first.7.as_deref(), Some("start"));
     assert_eq!(seen[2].7.as_deref(), Some("body"));
     assert_eq!(seen[12].7, None); // the ecall, past both symbols

@@ -40,6 +40,7 @@
 
 mod cpu;
 mod decode;
+mod disas_qemu;
 mod disasm;
 mod exec;
 pub mod fpu;
@@ -118,6 +119,13 @@ impl Frontend for Rv64 {
             None if word & 3 == 3 => format!("unknown {word:#010x}"),
             None => format!("unknown {word:#06x}"),
         }
+    }
+
+    /// QEMU 7.2's RISC-V syntax, as qemu-riscv64 gives it to plugins:
+    /// the encoding in hex, then mnemonic and operands in columns
+    /// (`00067197          auipc                   gp,421888               # 0x77676`).
+    fn qemu_disassembler(&self) -> Option<fn(&[u8], u64) -> String> {
+        Some(disas_qemu::disassemble)
     }
 
     fn read_register(cpu: &Cpu, name: &str) -> Option<u64> {

@@ -31,6 +31,14 @@ pub trait Frontend: Send + Sync + 'static {
     fn execute<M: MemAccess>(cpu: &mut Self::Cpu, op: &Self::Op, pc: u64, mem: &mut M) -> Flow;
     /// Human-readable disassembly of the raw instruction bytes at `pc`.
     fn disassemble(&self, raw: &[u8], pc: u64) -> String;
+    /// The text QEMU's disassembler for this architecture prints for the
+    /// raw instruction bytes at `pc` (what `qemu_plugin_insn_disas` gives a
+    /// QEMU plugin), as a function the embedder keeps, for those that
+    /// present QEMU's plugin API. `None` (the default) if the frontend has
+    /// no such disassembler: [`Frontend::disassemble`]'s text stands in.
+    fn qemu_disassembler(&self) -> Option<fn(&[u8], u64) -> String> {
+        None
+    }
     /// Reads a register by architectural name (`"a0"`, `"x10"`, `"pc"`, ...);
     /// `None` if the name is unknown. `"pc"` must name the program counter:
     /// callbacks read it as the executing instruction's address, which the

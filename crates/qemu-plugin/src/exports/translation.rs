@@ -363,7 +363,9 @@ pub unsafe extern "C" fn qemu_plugin_insn_haddr(insn: *const c_void) -> *mut c_v
 }
 
 /// `char *qemu_plugin_insn_disas(const struct qemu_plugin_insn *)`: a
-/// string the plugin frees with `g_free`.
+/// string the plugin frees with `g_free`, in QEMU's syntax when the
+/// frontend has it ([`InsnTrans::qemu_disassembly`]; for RISC-V QEMU 7.2's
+/// text, hex encoding and columns included).
 ///
 /// # Safety
 /// As for [`qemu_plugin_tb_n_insns`].
@@ -375,7 +377,7 @@ pub unsafe extern "C" fn qemu_plugin_insn_disas(insn: *const c_void) -> *mut c_c
     };
     // SAFETY: inside the translation callback, no other view is in use.
     let text = unsafe { insn.trans() }
-        .map(|t| t.disassembly())
+        .map(|t| t.qemu_disassembly())
         .unwrap_or_default();
     let Ok(glib) = Glib::get() else {
         return std::ptr::null_mut();

@@ -5,6 +5,7 @@ mod atomic;
 mod compressed;
 mod csr;
 mod decoding;
+mod disas_qemu;
 mod enc;
 mod engine;
 mod float;
