@@ -107,10 +107,9 @@ fn collect(dir: &Path, out: &mut BTreeSet<PathBuf>) -> Result<()> {
         } else if path
             .extension()
             .is_some_and(|e| e.eq_ignore_ascii_case("dll") || e.eq_ignore_ascii_case("exe"))
+            && let Ok(real) = path.canonicalize()
         {
-            if let Ok(real) = path.canonicalize() {
-                out.insert(real);
-            }
+            out.insert(real);
         }
     }
     Ok(())

@@ -137,10 +137,10 @@ impl Layout {
         if manifest["recipe"] != RECIPE {
             return None;
         }
-        if let Some(tree) = std::env::var_os(SOURCE_ENV) {
-            if manifest["source"]["tree"].as_str() != Some(&*Path::new(&tree).to_string_lossy()) {
-                return None;
-            }
+        if let Some(tree) = std::env::var_os(SOURCE_ENV)
+            && manifest["source"]["tree"].as_str() != Some(&*Path::new(&tree).to_string_lossy())
+        {
+            return None;
         }
         let all_there = manifest["built"].as_array()?.iter().all(|entry| {
             entry
@@ -191,15 +191,13 @@ pub fn prepare_for_tests(root: &Path) -> Result<()> {
 
 fn build(root: &Path, force: bool) -> Result<()> {
     let layout = Layout::new(root);
-    if !force {
-        if let Some(manifest) = layout.current() {
-            println!(
-                "qemu-plugins: up to date in {} (qemu {})",
-                layout.out.display(),
-                manifest["source"]["version"].as_str().unwrap_or("?")
-            );
-            return Ok(());
-        }
+    if !force && let Some(manifest) = layout.current() {
+        println!(
+            "qemu-plugins: up to date in {} (qemu {})",
+            layout.out.display(),
+            manifest["source"]["version"].as_str().unwrap_or("?")
+        );
+        return Ok(());
     }
     let started = std::time::Instant::now();
     ensure_tools(&[

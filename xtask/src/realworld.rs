@@ -649,10 +649,10 @@ fn compile_all(jobs: &[Job]) -> Result<()> {
         for _ in 0..workers {
             scope.spawn(|| {
                 while let Some(job) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
-                    if let Err(e) = compile(job) {
-                        if let Ok(mut f) = failures.lock() {
-                            f.push(format!("{e:#}"));
-                        }
+                    if let Err(e) = compile(job)
+                        && let Ok(mut f) = failures.lock()
+                    {
+                        f.push(format!("{e:#}"));
                     }
                 }
             });

@@ -103,10 +103,9 @@ pub fn run(args: &ImagesArgs) -> Result<ExitCode> {
             } else {
                 d
             }
-        }) {
-            if !registry.search_paths().iter().any(|p| p == dir) {
-                registry.add_search_path(dir);
-            }
+        }) && !registry.search_paths().iter().any(|p| p == dir)
+        {
+            registry.add_search_path(dir);
         }
     }
     let log = EventLog::default();

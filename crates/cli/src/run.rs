@@ -18,7 +18,7 @@ use tcgkit_profiler::{
     TbRangeInvalidated, TbTranslated, VcpuEvent,
 };
 use tcgkit_riscv::Rv64;
-use tcgkit_tcg_core::EngineEvents;
+use tcgkit_tcg_core::{EngineEvents, JitConfig};
 
 /// Arguments of `tcgkit run`.
 #[derive(clap::Args, Debug)]
@@ -66,8 +66,25 @@ pub struct RunArgs {
     /// default anyway); other items are not logged.
     #[arg(short = 'd', value_name = "ITEMS")]
     log_items: Option<String>,
+    /// Compile hot blocks to host code (`on`) or only interpret (`off`);
+    /// the `TCGKIT_JIT` environment variable says the same. Default: off.
+    #[arg(long, value_name = "on|off", env = "TCGKIT_JIT", value_parser = parse_switch)]
+    jit: Option<bool>,
+    /// With `--jit on`: interpreted runs before a block is compiled (0
+    /// compiles every block at once; `TCGKIT_JIT_THRESHOLD` says the same).
+    #[arg(long, value_name = "N", env = "TCGKIT_JIT_THRESHOLD")]
+    jit_threshold: Option<u32>,
     #[command(flatten)]
     trace: crate::trace::TraceArgs,
+}
+
+/// `on`/`off` (also `1`/`0`, `true`/`false`, `yes`/`no`).
+fn parse_switch(s: &str) -> Result<bool, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "on" | "1" | "true" | "yes" => Ok(true),
+        "off" | "0" | "false" | "no" => Ok(false),
+        _ => Err(format!("expected on or off, not {s:?}")),
+    }
 }
 
 /// Forwards the engine's translations, flushes and invalidations to the
@@ -220,6 +237,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         modules.add_observer(session.image_observer());
     }
     process.set_module_registry(modules);
+    if args.jit == Some(true) {
+        let threshold = args.jit_threshold.unwrap_or(JitConfig::DEFAULT_THRESHOLD);
+        if let Err(e) = process.engine_mut().set_jit(JitConfig::on(threshold)) {
+            eprintln!("tcgkit: warning: {e}; interpreting only");
+        }
+    }
     let specs = match plugin_specs(&args.plugins) {
         Ok(specs) => specs,
         Err(e) => {
@@ -348,6 +371,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             stats.tbs_translated,
             stats.blocks_executed
         );
+        if args.jit == Some(true) {
+            eprintln!(
+                "tcgkit: jit: {} blocks compiled, {} compiled block runs",
+                stats.blocks_compiled, stats.compiled_blocks_executed
+            );
+        }
     }
     if let Some(plugins) = &plugins {
         // Plugins' atexit output is complete before we possibly die by the

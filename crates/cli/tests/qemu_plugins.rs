@@ -1084,7 +1084,7 @@ fn drcov(bytes: &[u8]) -> Result<(String, Vec<(u32, u16)>), String> {
         + MARK.len();
     let header = String::from_utf8_lossy(&bytes[..at]).into_owned();
     let table = &bytes[at..];
-    if table.len() % 8 != 0 {
+    if !table.len().is_multiple_of(8) {
         return Err(format!("a BB table of {} bytes", table.len()));
     }
     let blocks = table

@@ -311,45 +311,53 @@ fn differential(case: &Case) -> Outcome {
     reference
 }
 
-/// One side-by-side run of `build`: asserts tcgkit's results equal qemu's
-/// and returns qemu's.
+/// The execution modes tcgkit runs each case under: the interpreter, and
+/// the JIT compiling every block on its first run.
+const MODES: [(&str, &[&str]); 2] = [
+    ("interp", &["--jit", "off"]),
+    ("jit", &["--jit", "on", "--jit-threshold", "0"]),
+];
+
+/// One side-by-side run of `build` per execution mode: asserts tcgkit's
+/// results equal qemu's and returns qemu's.
 fn compare(case: &Case, build: &Build) -> Outcome {
     let reference = execute(case, build, &[QEMU], "qemu");
-    let ours = execute(
-        case,
-        build,
-        &[env!("CARGO_BIN_EXE_tcgkit"), "run"],
-        "tcgkit",
-    );
-    if ours.stdout != reference.stdout || !same_status(&ours, &reference) {
-        let at = first_difference(&ours.stdout, &reference.stdout);
-        let window = |s: &[u8]| {
-            let from = at.saturating_sub(80);
-            String::from_utf8_lossy(&s[from.min(s.len())..(at + 80).min(s.len())]).into_owned()
-        };
-        panic!(
-            "{} ({} {}): tcgkit differs from {QEMU} (stdout differs from byte {at})\n\
-             === tcgkit: {}\n--- stdout near there\n{}\n\
-             === {QEMU}: {}\n--- stdout near there\n{}",
-            case.name,
-            build.kind,
-            build.program.display(),
-            ours.describe(),
-            window(&ours.stdout),
-            reference.describe(),
-            window(&reference.stdout),
-        );
-    }
-    // A file both left absent (e.g. removed by the program) also agrees.
-    for (i, name) in case.outputs.iter().enumerate() {
-        assert!(
-            ours.files[i] == reference.files[i],
-            "{} ({}): output file {name} differs ({:?} vs {:?} bytes)",
-            case.name,
-            build.kind,
-            ours.files[i].as_ref().map(Vec::len),
-            reference.files[i].as_ref().map(Vec::len)
-        );
+    for (mode, flags) in MODES {
+        let runner: Vec<&str> = [env!("CARGO_BIN_EXE_tcgkit"), "run"]
+            .into_iter()
+            .chain(flags.iter().copied())
+            .collect();
+        let ours = execute(case, build, &runner, &format!("tcgkit-{mode}"));
+        if ours.stdout != reference.stdout || !same_status(&ours, &reference) {
+            let at = first_difference(&ours.stdout, &reference.stdout);
+            let window = |s: &[u8]| {
+                let from = at.saturating_sub(80);
+                String::from_utf8_lossy(&s[from.min(s.len())..(at + 80).min(s.len())]).into_owned()
+            };
+            panic!(
+                "{} ({} {}, {mode}): tcgkit differs from {QEMU} (stdout differs from byte {at})\n\
+                 === tcgkit: {}\n--- stdout near there\n{}\n\
+                 === {QEMU}: {}\n--- stdout near there\n{}",
+                case.name,
+                build.kind,
+                build.program.display(),
+                ours.describe(),
+                window(&ours.stdout),
+                reference.describe(),
+                window(&reference.stdout),
+            );
+        }
+        // A file both left absent (e.g. removed by the program) also agrees.
+        for (i, name) in case.outputs.iter().enumerate() {
+            assert!(
+                ours.files[i] == reference.files[i],
+                "{} ({}, {mode}): output file {name} differs ({:?} vs {:?} bytes)",
+                case.name,
+                build.kind,
+                ours.files[i].as_ref().map(Vec::len),
+                reference.files[i].as_ref().map(Vec::len)
+            );
+        }
     }
     reference
 }

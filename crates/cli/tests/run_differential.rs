@@ -101,63 +101,74 @@ fn differential(case: &str, fixture: &str, args: &[&str], stdin: &[u8]) {
     }
 }
 
-/// One side-by-side run; `options` go before the guest on both command lines.
+/// The execution modes every case runs under: the interpreter, and the
+/// JIT compiling every block on its first run.
+const MODES: [&[&str]; 2] = [&["--jit", "off"], &["--jit", "on", "--jit-threshold", "0"]];
+
+/// One side-by-side run per execution mode; `options` go before the guest
+/// on both command lines.
 fn compare(case: &str, guest: &Path, options: &[&str], args: &[&str], stdin: &[u8]) {
     let fixture = guest.display();
     assert!(guest.exists(), "missing fixture {fixture}");
-    let ours_options: Vec<&str> = std::iter::once("run")
-        .chain(options.iter().copied())
-        .collect();
-    let ours = execute(
-        env!("CARGO_BIN_EXE_tcgkit"),
-        &ours_options,
-        guest,
-        args,
-        stdin,
-    );
     let (stdout_file, status_file) = recorded(case);
-    if !qemu_available() {
-        let stdout = std::fs::read(&stdout_file).expect("recorded stdout");
-        let status = std::fs::read_to_string(&status_file).expect("recorded status");
-        assert!(
-            ours.stdout == stdout && status_text(&ours.status) == status,
-            "{case}: differs from recorded {QEMU} output ({status:?}):\n{}\n--- stderr\n{}",
-            String::from_utf8_lossy(&ours.stdout),
-            String::from_utf8_lossy(&ours.stderr)
+    let reference = qemu_available().then(|| {
+        let reference = execute(QEMU, options, guest, args, stdin);
+        if std::env::var("TCGKIT_BLESS").as_deref() == Ok("1") {
+            std::fs::create_dir_all(fixtures().join("expected")).expect("expected dir");
+            std::fs::write(&stdout_file, &reference.stdout).expect("write recorded stdout");
+            std::fs::write(&status_file, status_text(&reference.status))
+                .expect("write recorded status");
+        }
+        reference
+    });
+    for mode in MODES {
+        let ours_options: Vec<&str> = std::iter::once("run")
+            .chain(mode.iter().copied())
+            .chain(options.iter().copied())
+            .collect();
+        let ours = execute(
+            env!("CARGO_BIN_EXE_tcgkit"),
+            &ours_options,
+            guest,
+            args,
+            stdin,
         );
-        return;
+        let Some(reference) = &reference else {
+            let stdout = std::fs::read(&stdout_file).expect("recorded stdout");
+            let status = std::fs::read_to_string(&status_file).expect("recorded status");
+            assert!(
+                ours.stdout == stdout && status_text(&ours.status) == status,
+                "{case} {mode:?}: differs from recorded {QEMU} output ({status:?}):\n{}\n--- stderr\n{}",
+                String::from_utf8_lossy(&ours.stdout),
+                String::from_utf8_lossy(&ours.stderr)
+            );
+            continue;
+        };
+        let show = |o: &Outcome| {
+            format!(
+                "status {:?} (code {:?}, signal {:?})\n--- stdout\n{}\n--- stderr\n{}",
+                o.status,
+                o.status.code(),
+                o.status.signal(),
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            )
+        };
+        assert!(
+            ours.stdout == reference.stdout
+                && ours.status.code() == reference.status.code()
+                && ours.status.signal() == reference.status.signal(),
+            "{fixture} {args:?} {mode:?} differs from {QEMU}\n=== tcgkit: {}\n=== {QEMU}: {}",
+            show(&ours),
+            show(reference)
+        );
+        assert!(!ours.stdout.is_empty(), "{fixture} printed nothing");
+        let ours_stderr = String::from_utf8_lossy(&ours.stderr);
+        assert!(
+            !ours_stderr.contains("panicked"),
+            "host panic: {ours_stderr}"
+        );
     }
-    let reference = execute(QEMU, options, guest, args, stdin);
-    if std::env::var("TCGKIT_BLESS").as_deref() == Ok("1") {
-        std::fs::create_dir_all(fixtures().join("expected")).expect("expected dir");
-        std::fs::write(&stdout_file, &reference.stdout).expect("write recorded stdout");
-        std::fs::write(&status_file, status_text(&reference.status))
-            .expect("write recorded status");
-    }
-    let show = |o: &Outcome| {
-        format!(
-            "status {:?} (code {:?}, signal {:?})\n--- stdout\n{}\n--- stderr\n{}",
-            o.status,
-            o.status.code(),
-            o.status.signal(),
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )
-    };
-    assert!(
-        ours.stdout == reference.stdout
-            && ours.status.code() == reference.status.code()
-            && ours.status.signal() == reference.status.signal(),
-        "{fixture} {args:?} differs from {QEMU}\n=== tcgkit: {}\n=== {QEMU}: {}",
-        show(&ours),
-        show(&reference)
-    );
-    assert!(!ours.stdout.is_empty(), "{fixture} printed nothing");
-    let ours_stderr = String::from_utf8_lossy(&ours.stderr);
-    assert!(
-        !ours_stderr.contains("panicked"),
-        "host panic: {ours_stderr}"
-    );
 }
 
 #[test]

@@ -485,10 +485,10 @@ impl ImageRegistry {
                 source,
             },
         })?;
-        if let Some(&id) = self.by_path.get(&canonical) {
-            if self.entries.contains_key(&id) {
-                return Ok(self.handle_for(id));
-            }
+        if let Some(&id) = self.by_path.get(&canonical)
+            && self.entries.contains_key(&id)
+        {
+            return Ok(self.handle_for(id));
         }
         let mut cache = self.prefetch(&canonical, None);
         let parsed = cache
@@ -714,10 +714,10 @@ impl ImageRegistry {
                 match self.resolve(&reference, referrer, &stack, cache) {
                     Step::Done(resolution) => {
                         if let Some(top) = stack.last_mut() {
-                            if let Resolution::Resolved { target, via, .. } = &resolution {
-                                if *via == ResolvedVia::AlreadyLoaded {
-                                    self.take_reference(&mut top.holds, *target);
-                                }
+                            if let Resolution::Resolved { target, via, .. } = &resolution
+                                && *via == ResolvedVia::AlreadyLoaded
+                            {
+                                self.take_reference(&mut top.holds, *target);
                             }
                             top.references.push(ResolvedReference {
                                 requested: reference,
@@ -821,14 +821,14 @@ impl ImageRegistry {
             });
         }
         for frame in stack {
-            if let Some(name) = frame.image.assembly_name() {
-                if check(reference, name).is_ok() {
-                    return Step::Done(Resolution::Resolved {
-                        target: frame.id,
-                        via: ResolvedVia::Cycle,
-                        version: name.version,
-                    });
-                }
+            if let Some(name) = frame.image.assembly_name()
+                && check(reference, name).is_ok()
+            {
+                return Step::Done(Resolution::Resolved {
+                    target: frame.id,
+                    via: ResolvedVia::Cycle,
+                    version: name.version,
+                });
             }
         }
         let mut rejected = Vec::new();
@@ -1052,10 +1052,8 @@ impl ImageRegistry {
                     }
                     None => false,
                 };
-                if dead {
-                    if let Some(next) = self.detach(child) {
-                        stack.push(next);
-                    }
+                if dead && let Some(next) = self.detach(child) {
+                    stack.push(next);
                 }
                 continue;
             }

@@ -137,7 +137,8 @@ impl AddressSpace {
         contents: &[u8],
     ) -> Result<(u64, CodeChange), i32> {
         if len == 0
-            || hint % PAGE_SIZE != 0 && flags & (mman::MAP_FIXED | mman::MAP_FIXED_NOREPLACE) != 0
+            || !hint.is_multiple_of(PAGE_SIZE)
+                && flags & (mman::MAP_FIXED | mman::MAP_FIXED_NOREPLACE) != 0
         {
             return Err(errno::EINVAL);
         }
@@ -196,7 +197,7 @@ impl AddressSpace {
         addr: u64,
         len: u64,
     ) -> Result<CodeChange, i32> {
-        if addr % PAGE_SIZE != 0 || len == 0 {
+        if !addr.is_multiple_of(PAGE_SIZE) || len == 0 {
             return Err(errno::EINVAL);
         }
         let len = page_up(len).ok_or(errno::EINVAL)?;
@@ -220,7 +221,7 @@ impl AddressSpace {
         len: u64,
         prot: u64,
     ) -> Result<CodeChange, i32> {
-        if addr % PAGE_SIZE != 0 || prot & !7 != 0 {
+        if !addr.is_multiple_of(PAGE_SIZE) || prot & !7 != 0 {
             return Err(errno::EINVAL);
         }
         if len == 0 {
@@ -250,7 +251,7 @@ impl AddressSpace {
         flags: u64,
         new_addr: u64,
     ) -> Result<(u64, CodeChange), i32> {
-        if old % PAGE_SIZE != 0
+        if !old.is_multiple_of(PAGE_SIZE)
             || flags & !(mman::MREMAP_MAYMOVE | mman::MREMAP_FIXED | mman::MREMAP_DONTUNMAP) != 0
             || flags & mman::MREMAP_FIXED != 0 && flags & mman::MREMAP_MAYMOVE == 0
             || new_len == 0
@@ -277,7 +278,7 @@ impl AddressSpace {
         }
         let invalidate = Some((old, old_len));
         if flags & mman::MREMAP_FIXED != 0 {
-            if new_addr % PAGE_SIZE != 0
+            if !new_addr.is_multiple_of(PAGE_SIZE)
                 || new_addr
                     .checked_add(new_len)
                     .is_none_or(|e| e > ADDRESS_SPACE_END)

@@ -395,7 +395,7 @@ fn dynamic_programs_start_in_their_interpreter_with_linux_auxv() {
     assert_eq!(layout.entry, pc);
     assert_ne!(get(AT_ENTRY), pc);
     let bias = get(AT_ENTRY) - main_entry;
-    assert!(bias != 0 && bias % 4096 == 0, "bias {bias:#x}");
+    assert!(bias != 0 && bias.is_multiple_of(4096), "bias {bias:#x}");
     assert!(layout.start_code >= bias && layout.start_code < base);
     let phdr = get(AT_PHDR);
     assert_eq!(phdr, bias + image.elf().expect("elf").phoff);

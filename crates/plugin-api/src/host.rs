@@ -186,10 +186,10 @@ impl Guard {
     /// Runs `f` if the registration is live, turning a panic into removal.
     #[inline(always)]
     pub(crate) fn call(&self, what: &str, f: impl FnOnce()) {
-        if self.live() {
-            if let Err(payload) = catch_unwind(AssertUnwindSafe(f)) {
-                self.fail(what, payload);
-            }
+        if self.live()
+            && let Err(payload) = catch_unwind(AssertUnwindSafe(f))
+        {
+            self.fail(what, payload);
         }
     }
 }

@@ -44,6 +44,7 @@ mod disas_qemu;
 mod disasm;
 mod exec;
 pub mod fpu;
+mod lower;
 mod op;
 
 #[cfg(test)]
@@ -106,6 +107,17 @@ impl Frontend for Rv64 {
     #[inline(always)]
     fn execute<M: MemAccess>(cpu: &mut Cpu, op: &Op, pc: u64, mem: &mut M) -> Flow {
         exec::execute(cpu, &op.0, pc, mem)
+    }
+
+    // Blocks translate the same whatever the hart's state.
+    const TB_FLAGS_FIXED: bool = true;
+
+    fn lower(&self, op: &Op, b: &mut tcgkit_tcg_core::IrBuilder) -> bool {
+        lower::lower(&op.0, b)
+    }
+
+    fn jit_registers(cpu: &mut Cpu) -> &mut [u64] {
+        cpu.x.as_mut_slice()
     }
 
     fn disassemble(&self, raw: &[u8], pc: u64) -> String {

@@ -259,13 +259,13 @@ impl SlotUses {
     /// The slot of `cb` in `slots` (reusing the last one if it holds `cb`),
     /// counting `uses` more uses.
     fn slot_for<T: ?Sized>(&mut self, slots: &mut Vec<Arc<T>>, cb: &Arc<T>, uses: u32) -> u32 {
-        if let Some(last) = self.last {
-            if slots.get(last as usize).is_some_and(|s| Arc::ptr_eq(s, cb)) {
-                if let Some(n) = self.uses.get_mut(last as usize) {
-                    *n += uses;
-                }
-                return last;
+        if let Some(last) = self.last
+            && slots.get(last as usize).is_some_and(|s| Arc::ptr_eq(s, cb))
+        {
+            if let Some(n) = self.uses.get_mut(last as usize) {
+                *n += uses;
             }
+            return last;
         }
         let slot = match self.free.pop() {
             Some(free) if (free as usize) < slots.len() => {
@@ -418,6 +418,8 @@ pub(crate) struct Generation<Op> {
     /// their sums) superseded by re-planning: garbage until the generation
     /// is dropped, bounded by flushing once it outweighs the live ones.
     stale_entries: usize,
+    /// The blocks compiled to host code, freed with the generation.
+    pub(crate) jit: crate::jit::JitBlocks<Op>,
 }
 
 /// Where the callbacks and scoreboards of the plan being compiled sit in
@@ -520,10 +522,10 @@ fn board_index(
     board_ids: &mut HashMap<usize, u32>,
     board: &Arc<Scoreboard>,
 ) -> u32 {
-    if let Some(last) = boards.last() {
-        if Arc::ptr_eq(last, board) {
-            return idx(boards.len() - 1);
-        }
+    if let Some(last) = boards.last()
+        && Arc::ptr_eq(last, board)
+    {
+        return idx(boards.len() - 1);
     }
     let key = arc_key(board);
     if let Some(&i) = board_ids.get(&key) {
@@ -577,6 +579,7 @@ impl<Op: Copy> Generation<Op> {
             plan_version: 0,
             count_tally: CountTally::Unset,
             stale_entries: 0,
+            jit: crate::jit::JitBlocks::default(),
         }
     }
 
@@ -584,6 +587,7 @@ impl<Op: Copy> Generation<Op> {
     /// later generation. Drops its callbacks and scoreboards: call only once
     /// no vCPU can be executing one of its blocks.
     pub(crate) fn recycle(&mut self) {
+        self.jit.clear();
         self.tbs.clear();
         self.ops.clear();
         self.raws.clear();

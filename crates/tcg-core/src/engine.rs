@@ -36,6 +36,7 @@ use crate::instrument::{
     CallbackContext, CallbackFn, InlineKind, InsnInfo, Instrumentation, MemAccessInfo, MemCallback,
     MemCallbackFn, MemFilter, NoRegisters, Registers, Requests, Scoreboard, TbPlan, TbView,
 };
+use crate::jit::{JitCompiler, JitConfig, JitError};
 use crate::memory::{GuestMemory, MemFault, PAGE_SIZE};
 
 /// Most instructions in one block.
@@ -101,14 +102,13 @@ impl PendingCount {
                 slot,
                 per_insn,
             } = generation.count_tally
+                && let Some(board) = generation.boards.get(board as usize)
             {
-                if let Some(board) = generation.boards.get(board as usize) {
-                    board.add_in_row(
-                        self.shared_vcpu,
-                        slot as usize,
-                        per_insn.wrapping_mul(self.shared),
-                    );
-                }
+                board.add_in_row(
+                    self.shared_vcpu,
+                    slot as usize,
+                    per_insn.wrapping_mul(self.shared),
+                );
             }
             self.shared = 0;
         }
@@ -376,6 +376,13 @@ pub struct EngineStats {
     /// Approximate heap bytes of retired generations still waiting for
     /// every vCPU to pass a quiescent point.
     pub retired_bytes: u64,
+    /// Blocks compiled to host code by the JIT.
+    pub blocks_compiled: u64,
+    /// Blocks that ran as compiled code (entered from the loop or
+    /// chained to).
+    pub compiled_blocks_executed: u64,
+    /// Host code bytes of the current generation's compiled blocks.
+    pub compiled_bytes: u64,
 }
 
 /// The engine's fields [`Engine::plan_block`] uses, borrowed apart from
@@ -485,6 +492,9 @@ pub struct Engine<F: Frontend> {
     scratch_insns: Vec<InsnInfo>,
     scratch_plan: TbPlan,
     pending_count: PendingCount,
+    jit_config: JitConfig,
+    /// Made when the JIT is first enabled.
+    jit: Option<JitCompiler>,
 }
 
 impl<F: Frontend> fmt::Debug for Engine<F> {
@@ -522,10 +532,59 @@ impl<F: Frontend> Engine<F> {
             scratch_insns: Vec::new(),
             scratch_plan: TbPlan::default(),
             pending_count: PendingCount::EMPTY,
+            jit_config: JitConfig::OFF,
+            jit: None,
         };
         let main = engine.new_vcpu();
         engine.main_vcpu = Some(Box::new(main));
         engine
+    }
+
+    /// Turns the JIT on or off (see [`JitConfig`]). Fails, leaving the
+    /// engine interpreting, if Cranelift cannot generate code for this
+    /// host.
+    pub fn set_jit(&mut self, config: JitConfig) -> Result<(), JitError> {
+        if config.enabled && self.jit.is_none() {
+            self.jit = Some(JitCompiler::new::<F>()?);
+        }
+        self.jit_config = config;
+        if let Some(last) = self.current.tbs.len().checked_sub(1) {
+            self.current.jit.ensure(last as u32);
+        }
+        Ok(())
+    }
+
+    /// The JIT's configuration.
+    pub fn jit(&self) -> JitConfig {
+        self.jit_config
+    }
+
+    /// Compiles block `id` of the current generation (it became hot).
+    #[cold]
+    #[inline(never)]
+    fn jit_compile(&mut self, id: u32) {
+        let Some(compiler) = self.jit.as_mut() else {
+            return;
+        };
+        let generation = &mut self.current;
+        let Some(tb) = generation.tbs.get(id as usize).copied() else {
+            return;
+        };
+        let Some(ops) = generation
+            .ops
+            .get(tb.ops_start as usize..tb.ops_end as usize)
+        else {
+            return;
+        };
+        // Only plain blocks jump straight into others; so does nothing
+        // whose translation depends on CPU state the code may change.
+        let chain = tb.mode == ExecMode::Plain && F::TB_FLAGS_FIXED;
+        match compiler.compile(&self.frontend, id, &tb, ops, chain, &mut generation.jit) {
+            Ok(true) => self.stats.blocks_compiled += 1,
+            Ok(false) => {}
+            // The block stays interpreted; the JIT is not asked again.
+            Err(_) => {}
+        }
     }
 
     /// The frontend.
@@ -621,6 +680,8 @@ impl<F: Frontend> Engine<F> {
             return;
         }
         self.current.bump_plan_version();
+        // Compiled blocks jump into each other without looking at plans.
+        self.current.jit.unlink_all();
         self.scratch_plan.forget();
         self.stats.reinstrumentations += 1;
         if let Some(instr) = &self.instrumentation {
@@ -712,6 +773,10 @@ impl<F: Frontend> Engine<F> {
     pub fn invalidate_range(&mut self, start: u64, len: u64) {
         let end = start.saturating_add(len);
         let killed = self.current.invalidate(start, end);
+        if killed > 0 {
+            // No compiled block may jump into a dead one.
+            self.current.jit.unlink_all();
+        }
         self.stats.tbs_invalidated += killed as u64;
         if let Some(events) = &mut self.events {
             events.range_invalidated(start, len, killed);
@@ -725,6 +790,7 @@ impl<F: Frontend> Engine<F> {
             live_generations: 1 + self.retired.len() as u64,
             current_bytes: self.current.bytes() as u64,
             retired_bytes: self.retired.iter().map(|g| g.bytes() as u64).sum(),
+            compiled_bytes: self.current.jit.compiled_stats().1 as u64,
             ..self.stats
         }
     }
@@ -799,6 +865,11 @@ impl<F: Frontend> Engine<F> {
         // says "pc P is translated as block Y of this generation", and
         // `chained` re-checks that Y is alive and matches the flags.
         let mut prev = NONE;
+        // The empty chain cell the last compiled run left through (see
+        // `JitBlocks::link`), linked to the next block if that is compiled.
+        let mut unlinked = 0u64;
+        let mut unlinked_in = (0u64, 0u32);
+        let mut jit_blocks = 0u64;
         let exit = loop {
             // Quiescent point: this vCPU holds no reference into any block.
             vcpu.announce(self.current.id);
@@ -841,6 +912,18 @@ impl<F: Frontend> Engine<F> {
                 self.replan(tb_id);
                 continue;
             }
+            if self.jit_config.enabled
+                && matches!(tb.mode, ExecMode::Plain | ExecMode::Count)
+                && self
+                    .current
+                    .jit
+                    .count_start(tb_id, self.jit_config.threshold)
+            {
+                // Hot: compile it, then enter it anew (the same lookup
+                // finds it), compiled.
+                self.jit_compile(tb_id);
+                continue;
+            }
             let current = &self.current;
             prev = tb_id;
             blocks += 1;
@@ -850,7 +933,48 @@ impl<F: Frontend> Engine<F> {
             // look at. Other blocks of inline adds only run out of line,
             // in runs (`exec_tally_run`).
             if matches!(tb.mode, ExecMode::Plain | ExecMode::Count) {
-                let end = Self::exec_plain(current, tb, cpu, mem);
+                let compiled = if self.jit_config.enabled {
+                    if unlinked != 0 {
+                        // The compiled block before this one left through
+                        // an empty chain cell towards this one, in this
+                        // generation and plan version.
+                        if tb.mode == ExecMode::Plain
+                            && unlinked_in == (current.id, current.plan_version)
+                        {
+                            current.jit.link(unlinked, tb_id);
+                        }
+                        unlinked = 0;
+                    }
+                    current.jit.run::<F>(tb_id, cpu, mem)
+                } else {
+                    None
+                };
+                let end = match compiled {
+                    Some(c) => {
+                        jit_blocks += c.blocks;
+                        blocks += c.blocks.saturating_sub(1);
+                        if c.exit.is_none() && tb.mode == ExecMode::Plain {
+                            unlinked = c.unlinked;
+                            unlinked_in = (current.id, current.plan_version);
+                        }
+                        if c.blocks > 1 {
+                            prev = current.jit.unlinked_from(c.unlinked).unwrap_or(NONE);
+                        }
+                        let executed = u32::try_from(c.executed).unwrap_or(u32::MAX);
+                        match c.exit {
+                            Some(exit) => {
+                                Self::exit_at(exit, c.pc, c.len, executed, Requests::default())
+                            }
+                            None => BlockEnd {
+                                next_pc: c.pc,
+                                executed,
+                                exit: None,
+                                requests: Requests::default(),
+                            },
+                        }
+                    }
+                    None => Self::exec_plain(current, tb, cpu, mem),
+                };
                 if tb.mode == ExecMode::Count {
                     if let CountTally::Shared { .. } = current.count_tally {
                         self.pending_count
@@ -864,10 +988,14 @@ impl<F: Frontend> Engine<F> {
                 pc = end.next_pc;
                 match end.exit {
                     None => {}
-                    Some(CpuExit::FlushCode) => self.flush(),
+                    Some(CpuExit::FlushCode) => {
+                        unlinked = 0;
+                        self.flush()
+                    }
                     Some(exit) => break exit,
                 }
             } else {
+                unlinked = 0;
                 // Callbacks may read the scoreboards.
                 self.pending_count.settle(current);
                 F::set_pc(cpu, pc);
@@ -933,6 +1061,7 @@ impl<F: Frontend> Engine<F> {
         self.pending_count.settle(&self.current);
         self.stats.blocks_executed += blocks;
         self.stats.insns_executed += insns;
+        self.stats.compiled_blocks_executed += jit_blocks;
         exit
     }
 
@@ -967,14 +1096,14 @@ impl<F: Frontend> Engine<F> {
         mem: &mut GuestMemory,
     ) -> Result<u32, CpuExit> {
         let slot = Vcpu::jump_slot(pc);
-        if let Some(e) = vcpu.jump_cache.get(slot) {
-            if e.pc == pc && e.generation == self.current.id && e.flags == flags {
-                if let Some(tb) = self.current.tbs.get(e.tb as usize) {
-                    if !tb.dead {
-                        return Ok(e.tb);
-                    }
-                }
-            }
+        if let Some(e) = vcpu.jump_cache.get(slot)
+            && e.pc == pc
+            && e.generation == self.current.id
+            && e.flags == flags
+            && let Some(tb) = self.current.tbs.get(e.tb as usize)
+            && !tb.dead
+        {
+            return Ok(e.tb);
         }
         self.find_block_slow(vcpu, slot, pc, flags, mem)
     }
@@ -1080,6 +1209,9 @@ impl<F: Frontend> Engine<F> {
         let id = self
             .current
             .insert(pc, flags, size, &self.scratch_ops, &self.scratch_raws, plan);
+        if self.jit_config.enabled {
+            self.current.jit.ensure(id);
+        }
         // The plan's actions are compiled into the generation now. (With
         // no instrumentation nothing was attached: a bare translation
         // skips this.)
@@ -2054,10 +2186,10 @@ impl<F: Frontend> Engine<F> {
     ) -> RunEnd {
         let call = |list: &[CompiledAction], ctx: &mut CallbackContext<'_>| {
             for action in list {
-                if let CompiledAction::Call { cb } = *action {
-                    if let Some(cb) = generation.callbacks.get(cb as usize) {
-                        cb.call(ctx);
-                    }
+                if let CompiledAction::Call { cb } = *action
+                    && let Some(cb) = generation.callbacks.get(cb as usize)
+                {
+                    cb.call(ctx);
                 }
             }
         };
@@ -2745,10 +2877,10 @@ impl Fire for SeveralActions<'_> {
             by_direction.apply(ctx.vcpu, info.is_store);
         } else if self.inline_only {
             for action in self.actions.actions {
-                if let CompiledMemKind::Inline { board, slot, kind } = action.kind {
-                    if action.filter.matches(info.is_store) {
-                        apply_inline(self.actions.boards, ctx.vcpu, board, slot, kind);
-                    }
+                if let CompiledMemKind::Inline { board, slot, kind } = action.kind
+                    && action.filter.matches(info.is_store)
+                {
+                    apply_inline(self.actions.boards, ctx.vcpu, board, slot, kind);
                 }
             }
         } else {

@@ -52,6 +52,24 @@ pub trait Frontend: Send + Sync + 'static {
     fn tb_flags(_cpu: &Self::Cpu) -> u32 {
         0
     }
+    /// True if [`Frontend::tb_flags`] cannot change while ops execute
+    /// (e.g. it is constant): compiled blocks may then jump straight into
+    /// each other without the loop checking flags. False by default.
+    const TB_FLAGS_FIXED: bool = false;
+    /// JIT support: lowers `op` (the instruction at `b.pc()`) into `b`,
+    /// reading and writing registers as slots of
+    /// [`Frontend::jit_registers`]. Returns false, having emitted nothing
+    /// that matters, to leave the op to [`Frontend::execute`] (called from
+    /// the compiled code). The default lowers nothing.
+    fn lower(&self, _op: &Self::Op, _b: &mut crate::jit::IrBuilder) -> bool {
+        false
+    }
+    /// The registers compiled code keeps in host registers, as the slots
+    /// [`Frontend::lower`] names. Must always return the same storage for
+    /// the same `cpu`. The default has none.
+    fn jit_registers(_cpu: &mut Self::Cpu) -> &mut [u64] {
+        &mut []
+    }
 }
 
 /// One decoded instruction.

@@ -899,10 +899,10 @@ impl TbPlan {
             let uses = &mut data.tables.mem_callback_uses;
             data.mem.retain(|&(insn, action)| {
                 let kept = keep(insn as usize);
-                if let (false, CompiledMemKind::Call { cb }) = (kept, action.kind) {
-                    if let Some(n) = uses.get_mut(cb as usize) {
-                        *n = n.saturating_sub(1);
-                    }
+                if let (false, CompiledMemKind::Call { cb }) = (kept, action.kind)
+                    && let Some(n) = uses.get_mut(cb as usize)
+                {
+                    *n = n.saturating_sub(1);
                 }
                 kept
             });

@@ -102,12 +102,15 @@
 //! assert_eq!(*log.lock().unwrap(), [(0x1000, 3), (0x1004, 2), (0x100c, 1)]);
 //! # Ok(()) }
 //! ```
-#![forbid(unsafe_code)]
+// `unsafe` only in the JIT's runtime and code memory (jit/runtime.rs,
+// jit/code.rs), each block with its SAFETY comment.
+#![deny(unsafe_code)]
 
 mod cache;
 pub mod engine;
 pub mod frontend;
 pub mod instrument;
+pub mod jit;
 pub mod memory;
 
 pub use engine::{
@@ -120,4 +123,5 @@ pub use instrument::{
     InsnInfo, InsnPlan, Instrumentation, MemAccessInfo, MemAction, MemCallback, MemCallbackFn,
     MemFilter, Registers, Scoreboard, ScoreboardEntry, TbPlan, TbView,
 };
+pub use jit::{IrBuilder, JitConfig, JitError};
 pub use memory::{AccessKind, GuestMemory, MemError, MemFault, MemFaultKind, PAGE_SIZE, Perms};

@@ -18,6 +18,8 @@ const PAGE_SHIFT: u32 = 12;
 const PAGE_MASK: u64 = PAGE_SIZE - 1;
 const TLB_ENTRIES: usize = 1024;
 const NO_TAG: u64 = u64::MAX;
+// Compiled code indexes the TLB with a mask.
+const _: () = assert!(TLB_ENTRIES.is_power_of_two());
 
 /// Page permissions: a combination of [`Perms::READ`], [`Perms::WRITE`] and
 /// [`Perms::EXEC`].
@@ -146,16 +148,44 @@ struct Page {
     data: Option<Box<PageData>>,
 }
 
+/// One TLB entry. `repr(C)`: compiled code reads `tag` and `host` at the
+/// offsets [`JitTlb`] gives.
 #[derive(Clone, Copy)]
+#[repr(C)]
 struct TlbEntry {
     tag: u64,
+    /// Host address of the page's bytes (allocated before an entry is
+    /// made; entries are dropped before a page's bytes are freed).
+    host: usize,
     slot: u32,
 }
 
 const EMPTY_TLB: TlbEntry = TlbEntry {
     tag: NO_TAG,
+    host: 0,
     slot: 0,
 };
+
+/// Where compiled code finds the data TLBs, for its inline access path:
+/// entry `(addr >> 12) & (entries - 1)` of a table matches when its `tag`
+/// (a u64 at offset [`JitTlb::TAG`]) is `addr >> 12`; its page's bytes
+/// are at the host address (a usize at [`JitTlb::HOST`]). The tables stay
+/// at these addresses for the life of the [`GuestMemory`]; an entry's
+/// host address is valid while the entry is, and nothing changes entries
+/// but `&mut GuestMemory` calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct JitTlb {
+    pub(crate) read: usize,
+    pub(crate) write: usize,
+}
+
+impl JitTlb {
+    pub(crate) const ENTRIES: u64 = TLB_ENTRIES as u64;
+    pub(crate) const ENTRY_SIZE: i64 = std::mem::size_of::<TlbEntry>() as i64;
+    pub(crate) const TAG: i32 = std::mem::offset_of!(TlbEntry, tag) as i32;
+    pub(crate) const HOST: i32 = std::mem::offset_of!(TlbEntry, host) as i32;
+    pub(crate) const PAGE_SHIFT: i64 = PAGE_SHIFT as i64;
+}
 
 /// A sparse paged guest address space with permissions and a software TLB.
 ///
@@ -212,6 +242,14 @@ impl GuestMemory {
             tlb_read: Box::new([EMPTY_TLB; TLB_ENTRIES]),
             tlb_write: Box::new([EMPTY_TLB; TLB_ENTRIES]),
             tlb_exec: Box::new([EMPTY_TLB; TLB_ENTRIES]),
+        }
+    }
+
+    /// The data TLBs, for compiled code (see [`JitTlb`]).
+    pub(crate) fn jit_tlb(&self) -> JitTlb {
+        JitTlb {
+            read: self.tlb_read.as_ptr() as usize,
+            write: self.tlb_write.as_ptr() as usize,
         }
     }
 
@@ -379,8 +417,18 @@ impl GuestMemory {
     fn fill_tlb(&mut self, addr: u64, access: AccessKind) -> Result<u32, MemFault> {
         let slot = self.page_slot(addr, access, true)?;
         let vpn = addr >> PAGE_SHIFT;
-        let entry = TlbEntry { tag: vpn, slot };
+        let host = self.page_data(slot).map_or(0, |p| p.as_ptr() as usize);
+        let entry = TlbEntry {
+            tag: vpn,
+            host,
+            slot,
+        };
         let i = (vpn as usize) % TLB_ENTRIES;
+        if host == 0 {
+            // No bytes (cannot happen: `page_slot` allocates them), so no
+            // entry compiled code could follow.
+            return Ok(slot);
+        }
         match access {
             AccessKind::Read => self.tlb_read[i] = entry,
             AccessKind::Write => self.tlb_write[i] = entry,
@@ -541,13 +589,12 @@ impl GuestMemory {
         // a page-straddling access, goes the slow way.
         let vpn = addr >> PAGE_SHIFT;
         let entry = self.tlb_read[(vpn as usize) % TLB_ENTRIES];
-        if entry.tag == vpn {
-            if let Some(v) = self
+        if entry.tag == vpn
+            && let Some(v) = self
                 .page_data(entry.slot)
                 .and_then(|p| read_le(p, off, size))
-            {
-                return Ok(v);
-            }
+        {
+            return Ok(v);
         }
         self.load_slow(addr, size)
     }
@@ -568,12 +615,11 @@ impl GuestMemory {
         let off = (addr & PAGE_MASK) as usize;
         let vpn = addr >> PAGE_SHIFT;
         let entry = self.tlb_write[(vpn as usize) % TLB_ENTRIES];
-        if entry.tag == vpn {
-            if let Some(page) = self.page_data_mut(entry.slot) {
-                if write_le(page, off, size, value) {
-                    return Ok(());
-                }
-            }
+        if entry.tag == vpn
+            && let Some(page) = self.page_data_mut(entry.slot)
+            && write_le(page, off, size, value)
+        {
+            return Ok(());
         }
         self.store_slow(addr, size, value)
     }

@@ -1292,7 +1292,7 @@ impl Instrumentation for StormInstr {
                 st.insn_calls.fetch_add(1, Relaxed);
                 if load {
                     let k = st.load_calls.load(Relaxed) + 1;
-                    if k % st.every == 0 {
+                    if k.is_multiple_of(st.every) {
                         match st.from {
                             ResetFrom::InsnCallback => st.request(ctx),
                             ResetFrom::Handle => st.request_through_handle(),
@@ -1321,7 +1321,7 @@ impl Instrumentation for StormInstr {
                         if access.addr == DATA && access.value != st.last_stored.load(Relaxed) {
                             st.bad_values.fetch_add(1, Relaxed);
                         }
-                        if st.from == ResetFrom::MemCallback && k % st.every == 0 {
+                        if st.from == ResetFrom::MemCallback && k.is_multiple_of(st.every) {
                             st.request(ctx);
                             st.resets.fetch_add(1, Relaxed);
                         }

@@ -108,10 +108,11 @@ impl Snapshot {
 pub fn counted_targets(view: &LoadedImage<'_>) -> Vec<ImageId> {
     let mut targets = Vec::new();
     for reference in view.references() {
-        if let Resolution::Resolved { target, via, .. } = reference.resolution() {
-            if *via != ResolvedVia::Cycle && !targets.contains(target) {
-                targets.push(*target);
-            }
+        if let Resolution::Resolved { target, via, .. } = reference.resolution()
+            && *via != ResolvedVia::Cycle
+            && !targets.contains(target)
+        {
+            targets.push(*target);
         }
     }
     targets

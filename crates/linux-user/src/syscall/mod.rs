@@ -627,7 +627,7 @@ impl Kernel {
         if kind != MAP_PRIVATE && kind != MAP_SHARED && kind != MAP_SHARED_VALIDATE {
             return Err(errno::EINVAL);
         }
-        if prot & !7 != 0 || offset % tcgkit_tcg_core::PAGE_SIZE != 0 {
+        if prot & !7 != 0 || !offset.is_multiple_of(tcgkit_tcg_core::PAGE_SIZE) {
             return Err(errno::EINVAL);
         }
         let mut tracked = false;
@@ -687,7 +687,7 @@ impl Kernel {
         advice: u64,
     ) -> Result<u64, i32> {
         const MADV_DONTNEED: u64 = 4;
-        if addr % tcgkit_tcg_core::PAGE_SIZE != 0 {
+        if !addr.is_multiple_of(tcgkit_tcg_core::PAGE_SIZE) {
             return Err(errno::EINVAL);
         }
         if advice == MADV_DONTNEED && len > 0 {

@@ -276,7 +276,7 @@ pub(super) fn sched_getaffinity(mem: &mut GuestMemory, pid: u64, len: u64, mask:
     if pid != 0 && pid != u64::from(std::process::id()) {
         return Err(errno::ESRCH);
     }
-    if len < 8 || len % 8 != 0 {
+    if len < 8 || !len.is_multiple_of(8) {
         return Err(errno::EINVAL);
     }
     let set = rustix::thread::sched_getaffinity(None).map_err(host_errno)?;

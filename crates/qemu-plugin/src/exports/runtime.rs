@@ -99,7 +99,7 @@ impl ScoreboardEntry {
     /// The board slot of an entry at a multiple of 8 bytes (as a `uint64_t`
     /// member of a C struct is); `None` otherwise.
     pub(crate) fn slot(&self) -> Option<usize> {
-        (self.offset % 8 == 0).then_some(self.offset / 8)
+        self.offset.is_multiple_of(8).then_some(self.offset / 8)
     }
 
     /// The entry's bytes in `vcpu`'s element.

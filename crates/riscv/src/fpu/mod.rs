@@ -171,30 +171,30 @@ fn narrow((bits, flags): (u64, Flags)) -> (u32, Flags) {
 
 /// The single-precision `a + b` (`fadd`), rounded per `rm`.
 pub fn f32_add(a: u32, b: u32, rm: RoundingMode) -> (u32, Flags) {
-    if rm == RoundingMode::NearestEven {
-        if let Some(result) = fast::f32_add(a, b) {
-            return result;
-        }
+    if rm == RoundingMode::NearestEven
+        && let Some(result) = fast::f32_add(a, b)
+    {
+        return result;
     }
     narrow(soft::add(F32, u64::from(a), u64::from(b), rm))
 }
 
 /// The single-precision `a - b` (`fsub`), rounded per `rm`.
 pub fn f32_sub(a: u32, b: u32, rm: RoundingMode) -> (u32, Flags) {
-    if rm == RoundingMode::NearestEven {
-        if let Some(result) = fast::f32_add(a, b ^ 0x8000_0000) {
-            return result;
-        }
+    if rm == RoundingMode::NearestEven
+        && let Some(result) = fast::f32_add(a, b ^ 0x8000_0000)
+    {
+        return result;
     }
     narrow(soft::sub(F32, u64::from(a), u64::from(b), rm))
 }
 
 /// The single-precision `a * b` (`fmul`), rounded per `rm`.
 pub fn f32_mul(a: u32, b: u32, rm: RoundingMode) -> (u32, Flags) {
-    if rm == RoundingMode::NearestEven {
-        if let Some(result) = fast::f32_mul(a, b) {
-            return result;
-        }
+    if rm == RoundingMode::NearestEven
+        && let Some(result) = fast::f32_mul(a, b)
+    {
+        return result;
     }
     narrow(soft::mul(F32, u64::from(a), u64::from(b), rm))
 }
@@ -202,10 +202,10 @@ pub fn f32_mul(a: u32, b: u32, rm: RoundingMode) -> (u32, Flags) {
 /// The single-precision `a / b` (`fdiv`), rounded per `rm`; DZ for a
 /// finite nonzero `a` over zero.
 pub fn f32_div(a: u32, b: u32, rm: RoundingMode) -> (u32, Flags) {
-    if rm == RoundingMode::NearestEven {
-        if let Some(result) = fast::f32_div(a, b) {
-            return result;
-        }
+    if rm == RoundingMode::NearestEven
+        && let Some(result) = fast::f32_div(a, b)
+    {
+        return result;
     }
     narrow(soft::div(F32, u64::from(a), u64::from(b), rm))
 }
@@ -213,10 +213,10 @@ pub fn f32_div(a: u32, b: u32, rm: RoundingMode) -> (u32, Flags) {
 /// The single-precision square root (`fsqrt`), rounded per `rm`; NV for
 /// negative nonzero operands (`sqrt(-0)` is `-0`).
 pub fn f32_sqrt(a: u32, rm: RoundingMode) -> (u32, Flags) {
-    if rm == RoundingMode::NearestEven {
-        if let Some(result) = fast::f32_sqrt(a) {
-            return result;
-        }
+    if rm == RoundingMode::NearestEven
+        && let Some(result) = fast::f32_sqrt(a)
+    {
+        return result;
     }
     narrow(soft::sqrt(F32, u64::from(a), rm))
 }
@@ -327,30 +327,30 @@ pub fn u64_to_f32(v: u64, rm: RoundingMode) -> (u32, Flags) {
 
 /// The double-precision `a + b` (`fadd`), rounded per `rm`.
 pub fn f64_add(a: u64, b: u64, rm: RoundingMode) -> (u64, Flags) {
-    if rm == RoundingMode::NearestEven {
-        if let Some(result) = fast::f64_add(a, b) {
-            return result;
-        }
+    if rm == RoundingMode::NearestEven
+        && let Some(result) = fast::f64_add(a, b)
+    {
+        return result;
     }
     soft::add(F64, a, b, rm)
 }
 
 /// The double-precision `a - b` (`fsub`), rounded per `rm`.
 pub fn f64_sub(a: u64, b: u64, rm: RoundingMode) -> (u64, Flags) {
-    if rm == RoundingMode::NearestEven {
-        if let Some(result) = fast::f64_add(a, b ^ 1 << 63) {
-            return result;
-        }
+    if rm == RoundingMode::NearestEven
+        && let Some(result) = fast::f64_add(a, b ^ 1 << 63)
+    {
+        return result;
     }
     soft::sub(F64, a, b, rm)
 }
 
 /// The double-precision `a * b` (`fmul`), rounded per `rm`.
 pub fn f64_mul(a: u64, b: u64, rm: RoundingMode) -> (u64, Flags) {
-    if rm == RoundingMode::NearestEven {
-        if let Some(result) = fast::f64_mul(a, b) {
-            return result;
-        }
+    if rm == RoundingMode::NearestEven
+        && let Some(result) = fast::f64_mul(a, b)
+    {
+        return result;
     }
     soft::mul(F64, a, b, rm)
 }
@@ -358,10 +358,10 @@ pub fn f64_mul(a: u64, b: u64, rm: RoundingMode) -> (u64, Flags) {
 /// The double-precision `a / b` (`fdiv`), rounded per `rm`; DZ for a
 /// finite nonzero `a` over zero.
 pub fn f64_div(a: u64, b: u64, rm: RoundingMode) -> (u64, Flags) {
-    if rm == RoundingMode::NearestEven {
-        if let Some(result) = fast::f64_div(a, b) {
-            return result;
-        }
+    if rm == RoundingMode::NearestEven
+        && let Some(result) = fast::f64_div(a, b)
+    {
+        return result;
     }
     soft::div(F64, a, b, rm)
 }
@@ -369,10 +369,10 @@ pub fn f64_div(a: u64, b: u64, rm: RoundingMode) -> (u64, Flags) {
 /// The double-precision square root (`fsqrt`), rounded per `rm`; NV for
 /// negative nonzero operands (`sqrt(-0)` is `-0`).
 pub fn f64_sqrt(a: u64, rm: RoundingMode) -> (u64, Flags) {
-    if rm == RoundingMode::NearestEven {
-        if let Some(result) = fast::f64_sqrt(a) {
-            return result;
-        }
+    if rm == RoundingMode::NearestEven
+        && let Some(result) = fast::f64_sqrt(a)
+    {
+        return result;
     }
     soft::sqrt(F64, a, rm)
 }

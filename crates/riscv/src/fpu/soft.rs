@@ -408,7 +408,7 @@ pub(crate) fn div(f: Fmt, a: u64, b: u64, rm: RoundingMode) -> (u64, Flags) {
             let numerator = u128::from(sa) << extra;
             let divisor = u128::from(sb);
             let quotient = numerator / divisor;
-            let sticky = numerator % divisor != 0;
+            let sticky = !numerator.is_multiple_of(divisor);
             round_pack(f, sign, ea - eb - extra as i32, quotient, sticky, rm)
         }
         _ => invalid(f),

@@ -10,6 +10,7 @@ mod enc;
 mod engine;
 mod float;
 mod integer;
+mod jit;
 
 use tcgkit_tcg_core::{CpuExit, Flow, Frontend, GuestMemory, Perms};
 

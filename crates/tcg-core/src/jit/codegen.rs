@@ -1,0 +1,668 @@
+//! Lowers one block's IR ([`super::ir`]) into a Cranelift function
+//! `extern "C" fn(*mut JitCtx) -> u64`.
+//!
+//! Guest registers live in Cranelift variables for the whole block: a slot
+//! is loaded from the register file on its first read and stored back only
+//! where the block can be left (its end, a fault) or the interpreter runs
+//! (which reads and writes the register file itself). The code is one
+//! straight line; every way out is a side exit.
+
+use cranelift_codegen::ir::{
+    self, AbiParam, InstBuilder, MemFlagsData, Signature, condcodes::IntCC, types::I8, types::I32,
+    types::I64,
+};
+use cranelift_codegen::isa::{CallConv, TargetIsa};
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
+
+use super::ir::{BinOp, Cond, Inst, IrBuilder, UnOp, Value};
+use super::runtime::{
+    Helpers, OFF_BLOCKS, OFF_BUDGET, OFF_EXECUTED, OFF_EXIT_LEN, OFF_REGS, OFF_STATUS,
+    OFF_TLB_READ, OFF_TLB_WRITE, OFF_UNLINKED, size_index,
+};
+use crate::memory::JitTlb;
+
+/// What the generated code needs besides the IR.
+pub(crate) struct BlockSource<'a> {
+    pub ir: &'a IrBuilder,
+    /// Host address of the block's copy of its ops, and the size of one.
+    pub ops_addr: usize,
+    pub op_size: usize,
+    pub helpers: &'a Helpers,
+    /// The pc after the block's last instruction.
+    pub fallthrough: u64,
+    /// Chaining: the host address of the block's two chain cells
+    /// (`[AtomicUsize; 2]`: the fall-through or static jump, the taken
+    /// branch) and the marker an exit through an empty cell leaves in
+    /// `JitCtx::unlinked` for cell 0 (cell 1's is one more). `None`: the
+    /// block never chains.
+    pub chain: Option<(usize, u64)>,
+}
+
+/// A guest register slot's state at the current point of the straight
+/// line.
+#[derive(Clone, Copy)]
+struct Slot {
+    var: Variable,
+    /// The variable holds the slot's value.
+    loaded: bool,
+    /// The variable differs from the register file.
+    dirty: bool,
+}
+
+struct Lowering<'f, 'c> {
+    b: FunctionBuilder<'f>,
+    ctx: ir::Value,
+    regs: Variable,
+    slots: Vec<Option<Slot>>,
+    values: Vec<Option<ir::Value>>,
+    /// The current guest instruction: its index, pc and length.
+    index: u32,
+    pc: u64,
+    len: u8,
+    src: &'c BlockSource<'c>,
+    /// Signatures of the helpers, imported once.
+    sig_load: ir::SigRef,
+    sig_store: ir::SigRef,
+    sig_interpret: ir::SigRef,
+    sig_block: ir::SigRef,
+    /// The pc the interpreter returned for the last instruction, if that
+    /// is how the block ends.
+    interpreted_next: Option<ir::Value>,
+}
+
+/// Flags for the context and register-file accesses: aligned, never
+/// trapping, private to the block.
+fn trusted() -> MemFlagsData {
+    MemFlagsData::trusted()
+}
+
+/// Guest data accesses: no trap (the TLB said the bytes are there), any
+/// alignment, may alias anything guest memory holds.
+fn guest() -> MemFlagsData {
+    MemFlagsData::new().with_notrap()
+}
+
+/// Loads and stores that hit the TLB run inline, reading the host's
+/// little-endian memory as the guest's.
+const INLINE_ACCESS: bool = cfg!(target_endian = "little");
+
+/// In-page offset mask.
+const PAGE_MASK: u64 = (1 << JitTlb::PAGE_SHIFT) - 1;
+
+/// A block's signature: the context in, the next pc out, in Cranelift's
+/// `tail` convention so that a block can jump into the next without
+/// growing the stack.
+fn block_signature() -> Signature {
+    let mut sig = Signature::new(CallConv::Tail);
+    sig.params.push(AbiParam::new(I64));
+    sig.returns.push(AbiParam::new(I64));
+    sig
+}
+
+/// Builds the trampoline the host calls blocks through:
+/// `extern "C" fn(ctx, block) -> u64`.
+pub(crate) fn build_trampoline(
+    func: &mut ir::Function,
+    fctx: &mut FunctionBuilderContext,
+    isa: &dyn TargetIsa,
+) {
+    let mut sig = Signature::new(CallConv::triple_default(isa.triple()));
+    sig.params.push(AbiParam::new(I64));
+    sig.params.push(AbiParam::new(I64));
+    sig.returns.push(AbiParam::new(I64));
+    func.signature = sig;
+    let mut b = FunctionBuilder::new(func, fctx);
+    let entry = b.create_block();
+    b.append_block_params_for_function_params(entry);
+    b.switch_to_block(entry);
+    b.seal_block(entry);
+    let (ctx, block) = (b.block_params(entry)[0], b.block_params(entry)[1]);
+    let sig_block = b.import_signature(block_signature());
+    let call = b.ins().call_indirect(sig_block, block, &[ctx]);
+    let pc = b.inst_results(call)[0];
+    b.ins().return_(&[pc]);
+    b.finalize(isa.frontend_config());
+}
+
+/// Builds the function for `src` into `func`.
+pub(crate) fn build(
+    func: &mut ir::Function,
+    fctx: &mut FunctionBuilderContext,
+    isa: &dyn TargetIsa,
+    src: &BlockSource<'_>,
+) {
+    let call_conv = CallConv::triple_default(isa.triple());
+    func.signature = block_signature();
+
+    let mut b = FunctionBuilder::new(func, fctx);
+    let entry = b.create_block();
+    b.append_block_params_for_function_params(entry);
+    b.switch_to_block(entry);
+    b.seal_block(entry);
+    let ctx = b.block_params(entry)[0];
+
+    let helper_sig = |params: &[ir::Type], ret: Option<ir::Type>| {
+        let mut s = Signature::new(call_conv);
+        s.params.extend(params.iter().map(|&t| AbiParam::new(t)));
+        s.returns.extend(ret.map(AbiParam::new));
+        s
+    };
+    let sig_load = b.import_signature(helper_sig(&[I64, I64], Some(I64)));
+    let sig_store = b.import_signature(helper_sig(&[I64, I64, I64], None));
+    let sig_interpret = b.import_signature(helper_sig(&[I64, I64, I64, I64], Some(I64)));
+    let sig_block = b.import_signature(block_signature());
+
+    let regs = b.declare_var(I64);
+    let base = b.ins().load(I64, trusted(), ctx, OFF_REGS);
+    b.def_var(regs, base);
+
+    let mut l = Lowering {
+        b,
+        ctx,
+        regs,
+        slots: vec![None; src.ir.regs_used as usize],
+        values: vec![None; src.ir.insts.len()],
+        index: 0,
+        pc: 0,
+        len: 0,
+        src,
+        sig_load,
+        sig_store,
+        sig_interpret,
+        sig_block,
+        interpreted_next: None,
+    };
+    let mut ended = false;
+    for (i, inst) in src.ir.insts.iter().enumerate() {
+        if let Some(v) = l.lower(*inst) {
+            l.values[i] = Some(v);
+        }
+        if matches!(inst, Inst::Jump(_) | Inst::Branch { .. }) {
+            ended = true;
+            break;
+        }
+    }
+    if !ended {
+        let executed = l.index + 1;
+        match l.interpreted_next {
+            Some(next) => l.leave(executed, next),
+            None => l.leave_chained(executed, src.fallthrough, 0),
+        }
+    }
+    l.b.finalize(isa.frontend_config());
+}
+
+impl Lowering<'_, '_> {
+    fn value(&mut self, v: Value) -> ir::Value {
+        match self.values.get(v.0 as usize).copied().flatten() {
+            Some(v) => v,
+            // The builder only hands out values of earlier instructions;
+            // zero keeps a malformed IR well-defined.
+            None => self.b.ins().iconst(I64, 0),
+        }
+    }
+
+    fn const_of(&self, v: Value) -> Option<u64> {
+        match self.src.ir.insts.get(v.0 as usize) {
+            Some(Inst::Const(c)) => Some(*c),
+            _ => None,
+        }
+    }
+
+    fn slot(&mut self, slot: u16) -> Slot {
+        let i = slot as usize;
+        if let Some(Some(s)) = self.slots.get(i) {
+            return *s;
+        }
+        let s = Slot {
+            var: self.b.declare_var(I64),
+            loaded: false,
+            dirty: false,
+        };
+        if let Some(entry) = self.slots.get_mut(i) {
+            *entry = Some(s);
+        }
+        s
+    }
+
+    fn set_slot(&mut self, slot: u16, s: Slot) {
+        if let Some(entry) = self.slots.get_mut(slot as usize) {
+            *entry = Some(s);
+        }
+    }
+
+    fn read_reg(&mut self, slot: u16) -> ir::Value {
+        let mut s = self.slot(slot);
+        if !s.loaded {
+            let base = self.b.use_var(self.regs);
+            let v = self.b.ins().load(I64, trusted(), base, i32::from(slot) * 8);
+            self.b.def_var(s.var, v);
+            s.loaded = true;
+            self.set_slot(slot, s);
+        }
+        self.b.use_var(s.var)
+    }
+
+    /// Stores every dirty slot (in the current block of the function) and,
+    /// with `forget`, marks them as no longer cached.
+    fn write_back(&mut self, forget: bool) {
+        let base = self.b.use_var(self.regs);
+        for i in 0..self.slots.len() {
+            let Some(mut s) = self.slots[i] else { continue };
+            if s.dirty {
+                let v = self.b.use_var(s.var);
+                self.b.ins().store(trusted(), v, base, (i as i32) * 8);
+            }
+            if forget {
+                s.loaded = false;
+                s.dirty = false;
+                self.slots[i] = Some(s);
+            }
+        }
+    }
+
+    /// Adds `n` to the context's counter at `offset`.
+    fn add_to_ctx(&mut self, offset: i32, n: i64) {
+        let old = self.b.ins().load(I64, trusted(), self.ctx, offset);
+        let new = self.b.ins().iadd_imm_s(old, n);
+        self.b.ins().store(trusted(), new, self.ctx, offset);
+    }
+
+    /// The way out of a block: register file up to date, `executed` of its
+    /// instructions counted, and the block.
+    fn finish_block(&mut self, executed: u32) {
+        self.write_back(false);
+        self.add_to_ctx(OFF_EXECUTED, i64::from(executed));
+        self.add_to_ctx(OFF_BLOCKS, 1);
+    }
+
+    /// Leaves the function for the vCPU loop, returning `pc`.
+    fn leave(&mut self, executed: u32, pc: ir::Value) {
+        self.finish_block(executed);
+        self.b.ins().return_(&[pc]);
+    }
+
+    /// Leaves the block for the static pc `next` through chain cell
+    /// `cell`: straight into the block the cell names, if any and the
+    /// budget allows, else back to the vCPU loop, saying which cell was
+    /// empty so that it can be linked.
+    fn leave_chained(&mut self, executed: u32, next: u64, cell: u64) {
+        let Some((cells, marker)) = self.src.chain else {
+            let pc = self.b.ins().iconst(I64, next as i64);
+            return self.leave(executed, pc);
+        };
+        self.finish_block(executed);
+        let cell_addr = cells.wrapping_add(cell as usize * 8);
+        let cell_addr = self.b.ins().iconst(I64, cell_addr as i64);
+        let target = self.b.ins().atomic_load(I64, trusted(), cell_addr);
+        let budget = self.b.ins().load(I64, trusted(), self.ctx, OFF_BUDGET);
+        let linked = self.b.ins().icmp_imm_s(IntCC::NotEqual, target, 0);
+        let allowed = self.b.ins().icmp_imm_s(IntCC::NotEqual, budget, 0);
+        let go = self.b.ins().band(linked, allowed);
+        let chain = self.b.create_block();
+        let back = self.b.create_block();
+        self.b.ins().brif(go, chain, &[], back, &[]);
+        self.b.seal_block(chain);
+        self.b.seal_block(back);
+
+        self.b.switch_to_block(chain);
+        let left = self.b.ins().iadd_imm_s(budget, -1);
+        self.b.ins().store(trusted(), left, self.ctx, OFF_BUDGET);
+        self.b
+            .ins()
+            .return_call_indirect(self.sig_block, target, &[self.ctx]);
+
+        self.b.switch_to_block(back);
+        self.b.set_cold_block(back);
+        let marker = self.b.ins().iconst(I64, (marker + cell) as i64);
+        self.b
+            .ins()
+            .store(trusted(), marker, self.ctx, OFF_UNLINKED);
+        let pc = self.b.ins().iconst(I64, next as i64);
+        self.b.ins().return_(&[pc]);
+    }
+
+    /// After a helper call: if it asked to leave, leave at the current
+    /// instruction (counting it, as the interpreter counts an exiting
+    /// instruction).
+    fn exit_if_status(&mut self) {
+        let status = self.b.ins().load(I64, trusted(), self.ctx, OFF_STATUS);
+        let exit = self.b.create_block();
+        let go_on = self.b.create_block();
+        self.b.ins().brif(status, exit, &[], go_on, &[]);
+        self.b.seal_block(exit);
+        self.b.seal_block(go_on);
+        self.b.switch_to_block(exit);
+        self.b.set_cold_block(exit);
+        let len = self.b.ins().iconst(I64, i64::from(self.len));
+        self.b.ins().store(trusted(), len, self.ctx, OFF_EXIT_LEN);
+        let pc = self.b.ins().iconst(I64, self.pc as i64);
+        self.leave(self.index + 1, pc);
+        self.b.switch_to_block(go_on);
+    }
+
+    fn helper(&mut self, addr: usize, sig: ir::SigRef, args: &[ir::Value]) -> Option<ir::Value> {
+        let callee = self.b.ins().iconst(I64, addr as i64);
+        let call = self.b.ins().call_indirect(sig, callee, args);
+        self.b.inst_results(call).first().copied()
+    }
+
+    fn lower(&mut self, inst: Inst) -> Option<ir::Value> {
+        let v = match inst {
+            Inst::Begin { index, pc, len } => {
+                self.index = index;
+                self.pc = pc;
+                self.len = len;
+                self.interpreted_next = None;
+                return None;
+            }
+            Inst::Const(c) => self.b.ins().iconst(I64, c as i64),
+            Inst::ReadReg(slot) => self.read_reg(slot),
+            Inst::WriteReg(slot, v) => {
+                let v = self.value(v);
+                let mut s = self.slot(slot);
+                self.b.def_var(s.var, v);
+                s.loaded = true;
+                s.dirty = true;
+                self.set_slot(slot, s);
+                return None;
+            }
+            Inst::Binary(op, a, b) => {
+                let (a, b) = (self.value(a), self.value(b));
+                self.binary(op, a, b)
+            }
+            Inst::Unary(op, a) => {
+                let a = self.value(a);
+                match op {
+                    UnOp::Sext32 => {
+                        let low = self.b.ins().ireduce(I32, a);
+                        self.b.ins().sextend(I64, low)
+                    }
+                    UnOp::Zext32 => {
+                        let low = self.b.ins().ireduce(I32, a);
+                        self.b.ins().uextend(I64, low)
+                    }
+                }
+            }
+            Inst::Compare(cond, a, b) => {
+                let (a, b) = (self.value(a), self.value(b));
+                let cc = match cond {
+                    Cond::Eq => IntCC::Equal,
+                    Cond::Ne => IntCC::NotEqual,
+                    Cond::LtS => IntCC::SignedLessThan,
+                    Cond::GeS => IntCC::SignedGreaterThanOrEqual,
+                    Cond::LtU => IntCC::UnsignedLessThan,
+                    Cond::GeU => IntCC::UnsignedGreaterThanOrEqual,
+                };
+                let c = self.b.ins().icmp(cc, a, b);
+                self.b.ins().uextend(I64, c)
+            }
+            Inst::Select(c, a, b) => {
+                let (c, a, b) = (self.value(c), self.value(a), self.value(b));
+                self.b.ins().select(c, a, b)
+            }
+            Inst::Load { addr, size, signed } => {
+                let addr = self.value(addr);
+                self.load(addr, size, signed)
+            }
+            Inst::Store { addr, size, value } => {
+                let (addr, value) = (self.value(addr), self.value(value));
+                self.store(addr, size, value);
+                return None;
+            }
+            Inst::Interpret { index } => return self.interpret(index),
+            Inst::Jump(target) => {
+                let executed = self.index + 1;
+                match self.const_of(target) {
+                    Some(pc) => self.leave_chained(executed, pc, 0),
+                    None => {
+                        let target = self.value(target);
+                        self.leave(executed, target);
+                    }
+                }
+                return None;
+            }
+            Inst::Branch { cond, taken } => {
+                let executed = self.index + 1;
+                let next = self.pc.wrapping_add(u64::from(self.len));
+                match self.const_of(cond) {
+                    Some(0) => self.leave_chained(executed, next, 0),
+                    Some(_) => self.leave_chained(executed, taken, 1),
+                    None => {
+                        let c = self.value(cond);
+                        let yes = self.b.create_block();
+                        let no = self.b.create_block();
+                        self.b.ins().brif(c, yes, &[], no, &[]);
+                        self.b.seal_block(yes);
+                        self.b.seal_block(no);
+                        self.b.switch_to_block(yes);
+                        self.leave_chained(executed, taken, 1);
+                        self.b.switch_to_block(no);
+                        self.leave_chained(executed, next, 0);
+                    }
+                }
+                return None;
+            }
+        };
+        Some(v)
+    }
+
+    /// The TLB entry for `addr` in the table at context offset `table`,
+    /// and whether it holds `addr`'s page with the whole access inside it.
+    fn tlb_probe(&mut self, table: i32, addr: ir::Value, size: u8) -> (ir::Value, ir::Value) {
+        let tlb = self.b.ins().load(I64, trusted(), self.ctx, table);
+        let vpn = self.b.ins().ushr_imm_u(addr, JitTlb::PAGE_SHIFT);
+        let index = self.b.ins().band_imm_u(vpn, (JitTlb::ENTRIES - 1) as i64);
+        let offset = self.b.ins().imul_imm_s(index, JitTlb::ENTRY_SIZE);
+        let entry = self.b.ins().iadd(tlb, offset);
+        let tag = self.b.ins().load(I64, trusted(), entry, JitTlb::TAG);
+        let same_page = self.b.ins().icmp(IntCC::Equal, tag, vpn);
+        let in_page = self.b.ins().band_imm_u(addr, PAGE_MASK as i64);
+        let fits = self.b.ins().icmp_imm_u(
+            IntCC::UnsignedLessThanOrEqual,
+            in_page,
+            (PAGE_MASK + 1 - u64::from(size)) as i64,
+        );
+        let hit = self.b.ins().band(same_page, fits);
+        (entry, hit)
+    }
+
+    /// The host address of a TLB hit's bytes.
+    fn host_address(&mut self, entry: ir::Value, addr: ir::Value) -> ir::Value {
+        let host = self.b.ins().load(I64, trusted(), entry, JitTlb::HOST);
+        let in_page = self.b.ins().band_imm_u(addr, PAGE_MASK as i64);
+        self.b.ins().iadd(host, in_page)
+    }
+
+    fn load(&mut self, addr: ir::Value, size: u8, signed: bool) -> ir::Value {
+        let f = self.src.helpers.load[size_index(size)][usize::from(signed)];
+        if !INLINE_ACCESS {
+            let v = self.helper(f, self.sig_load, &[self.ctx, addr]);
+            self.exit_if_status();
+            return v.unwrap_or_else(|| self.b.ins().iconst(I64, 0));
+        }
+        let (entry, hit) = self.tlb_probe(OFF_TLB_READ, addr, size);
+        let fast = self.b.create_block();
+        let slow = self.b.create_block();
+        let join = self.b.create_block();
+        let value = self.b.append_block_param(join, I64);
+        self.b.ins().brif(hit, fast, &[], slow, &[]);
+        self.b.seal_block(fast);
+        self.b.seal_block(slow);
+
+        self.b.switch_to_block(fast);
+        let host = self.host_address(entry, addr);
+        let v = match size {
+            8 => self.b.ins().load(I64, guest(), host, 0),
+            _ => {
+                let ty = match size {
+                    1 => I8,
+                    2 => ir::types::I16,
+                    _ => I32,
+                };
+                let narrow = self.b.ins().load(ty, guest(), host, 0);
+                if signed {
+                    self.b.ins().sextend(I64, narrow)
+                } else {
+                    self.b.ins().uextend(I64, narrow)
+                }
+            }
+        };
+        self.b.ins().jump(join, &[v.into()]);
+
+        self.b.switch_to_block(slow);
+        self.b.set_cold_block(slow);
+        let v = self
+            .helper(f, self.sig_load, &[self.ctx, addr])
+            .unwrap_or_else(|| self.b.ins().iconst(I64, 0));
+        self.exit_if_status();
+        self.b.ins().jump(join, &[v.into()]);
+
+        self.b.seal_block(join);
+        self.b.switch_to_block(join);
+        value
+    }
+
+    fn store(&mut self, addr: ir::Value, size: u8, value: ir::Value) {
+        let f = self.src.helpers.store[size_index(size)];
+        if !INLINE_ACCESS {
+            self.helper(f, self.sig_store, &[self.ctx, addr, value]);
+            self.exit_if_status();
+            return;
+        }
+        let (entry, hit) = self.tlb_probe(OFF_TLB_WRITE, addr, size);
+        let fast = self.b.create_block();
+        let slow = self.b.create_block();
+        let join = self.b.create_block();
+        self.b.ins().brif(hit, fast, &[], slow, &[]);
+        self.b.seal_block(fast);
+        self.b.seal_block(slow);
+
+        self.b.switch_to_block(fast);
+        let host = self.host_address(entry, addr);
+        match size {
+            8 => {
+                self.b.ins().store(guest(), value, host, 0);
+            }
+            _ => {
+                let ty = match size {
+                    1 => I8,
+                    2 => ir::types::I16,
+                    _ => I32,
+                };
+                let narrow = self.b.ins().ireduce(ty, value);
+                self.b.ins().store(guest(), narrow, host, 0);
+            }
+        }
+        self.b.ins().jump(join, &[]);
+
+        self.b.switch_to_block(slow);
+        self.b.set_cold_block(slow);
+        self.helper(f, self.sig_store, &[self.ctx, addr, value]);
+        self.exit_if_status();
+        self.b.ins().jump(join, &[]);
+
+        self.b.seal_block(join);
+        self.b.switch_to_block(join);
+    }
+
+    /// Runs the current instruction's op in the interpreter, which reads
+    /// and writes the register file itself.
+    fn interpret(&mut self, index: u32) -> Option<ir::Value> {
+        self.write_back(true);
+        let op = self
+            .src
+            .ops_addr
+            .wrapping_add(index as usize * self.src.op_size);
+        let op = self.b.ins().iconst(I64, op as i64);
+        let pc = self.b.ins().iconst(I64, self.pc as i64);
+        let len = self.b.ins().iconst(I64, i64::from(self.len));
+        let next = self.helper(
+            self.src.helpers.interpret,
+            self.sig_interpret,
+            &[self.ctx, op, pc, len],
+        )?;
+        // The interpreter borrowed the register file anew.
+        let base = self.b.ins().load(I64, trusted(), self.ctx, OFF_REGS);
+        self.b.def_var(self.regs, base);
+        self.exit_if_status();
+        // An op that transferred control ends the block even if it is not
+        // the last (the interpreter counts it the same way).
+        let fall = self.pc.wrapping_add(u64::from(self.len));
+        let is_last = !self
+            .src
+            .ir
+            .insts
+            .iter()
+            .any(|i| matches!(i, Inst::Begin { index: later, .. } if *later > self.index));
+        if !is_last {
+            let jumped = self.b.ins().icmp_imm_s(IntCC::NotEqual, next, fall as i64);
+            let out = self.b.create_block();
+            let go_on = self.b.create_block();
+            self.b.ins().brif(jumped, out, &[], go_on, &[]);
+            self.b.seal_block(out);
+            self.b.seal_block(go_on);
+            self.b.switch_to_block(out);
+            self.b.set_cold_block(out);
+            self.leave(self.index + 1, next);
+            self.b.switch_to_block(go_on);
+        }
+        self.interpreted_next = Some(next);
+        None
+    }
+
+    fn binary(&mut self, op: BinOp, a: ir::Value, b: ir::Value) -> ir::Value {
+        match op {
+            BinOp::Add => self.b.ins().iadd(a, b),
+            BinOp::Sub => self.b.ins().isub(a, b),
+            BinOp::And => self.b.ins().band(a, b),
+            BinOp::Or => self.b.ins().bor(a, b),
+            BinOp::Xor => self.b.ins().bxor(a, b),
+            BinOp::Shl => self.b.ins().ishl(a, b),
+            BinOp::ShrU => self.b.ins().ushr(a, b),
+            BinOp::ShrS => self.b.ins().sshr(a, b),
+            BinOp::Mul => self.b.ins().imul(a, b),
+            BinOp::MulHighS => self.b.ins().smulhi(a, b),
+            BinOp::MulHighU => self.b.ins().umulhi(a, b),
+            BinOp::MulHighSU => {
+                // a signed, b unsigned: the unsigned high part, less b
+                // where a is negative.
+                let high = self.b.ins().umulhi(a, b);
+                let sign = self.b.ins().sshr_imm_s(a, 63);
+                let fix = self.b.ins().band(sign, b);
+                self.b.ins().isub(high, fix)
+            }
+            BinOp::DivS | BinOp::RemS => {
+                let zero = self.b.ins().icmp_imm_s(IntCC::Equal, b, 0);
+                let min = self.b.ins().icmp_imm_s(IntCC::Equal, a, i64::MIN);
+                let minus_one = self.b.ins().icmp_imm_s(IntCC::Equal, b, -1);
+                let overflow = self.b.ins().band(min, minus_one);
+                let bad = self.b.ins().bor(zero, overflow);
+                let divisor = self.safe_divisor(bad, b);
+                if op == BinOp::DivS {
+                    self.b.ins().sdiv(a, divisor)
+                } else {
+                    let r = self.b.ins().srem(a, divisor);
+                    self.b.ins().select(zero, a, r)
+                }
+            }
+            BinOp::DivU | BinOp::RemU => {
+                let zero = self.b.ins().icmp_imm_s(IntCC::Equal, b, 0);
+                let divisor = self.safe_divisor(zero, b);
+                if op == BinOp::DivU {
+                    self.b.ins().udiv(a, divisor)
+                } else {
+                    let r = self.b.ins().urem(a, divisor);
+                    self.b.ins().select(zero, a, r)
+                }
+            }
+        }
+    }
+
+    /// `b`, or 1 where `bad` (an `I8` truth value) holds.
+    fn safe_divisor(&mut self, bad: ir::Value, b: ir::Value) -> ir::Value {
+        debug_assert_eq!(self.b.func.dfg.value_type(bad), I8);
+        let one = self.b.ins().iconst(I64, 1);
+        self.b.ins().select(bad, one, b)
+    }
+}

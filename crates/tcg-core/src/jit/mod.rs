@@ -1,0 +1,343 @@
+//! The JIT tier: blocks that run often are compiled to host code with
+//! Cranelift.
+//!
+//! A frontend lowers each op into tcg-core's small IR ([`IrBuilder`],
+//! through [`crate::Frontend::lower`]); an op it does not lower runs in the
+//! interpreter, called from the compiled code, so any block compiles and
+//! lowering grows one instruction at a time. Compiled code belongs to the
+//! cache generation its block was translated in: a flush retires it with
+//! the generation and its memory is freed only when the generation is
+//! reclaimed, once every vCPU has passed a quiescent point.
+//!
+//! Only uninstrumented blocks (and those whose only instrumentation is an
+//! inline instruction counter, applied by the loop) are compiled today;
+//! instrumented ones stay in the interpreter.
+
+mod code;
+mod codegen;
+mod ir;
+mod runtime;
+
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+
+use cranelift_codegen::Context;
+use cranelift_codegen::isa::OwnedTargetIsa;
+use cranelift_codegen::settings::{self, Configurable};
+use cranelift_frontend::FunctionBuilderContext;
+
+pub use ir::{BinOp, Cond, IrBuilder, UnOp, Value};
+
+use crate::cache::{NONE, TbHeader, TbOp};
+use crate::frontend::Frontend;
+use crate::memory::GuestMemory;
+use code::{CodePtr, CodeStore};
+pub(crate) use runtime::CompiledEnd;
+use runtime::Helpers;
+
+/// Whether and when the engine compiles blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JitConfig {
+    /// Compile hot blocks at all.
+    pub enabled: bool,
+    /// A block is compiled when it starts running for the
+    /// `threshold + 1`-th time; 0 compiles every block on its first run.
+    pub threshold: u32,
+}
+
+impl JitConfig {
+    /// The interpreter only.
+    pub const OFF: JitConfig = JitConfig {
+        enabled: false,
+        threshold: 0,
+    };
+    /// Executions before a block is compiled, by default.
+    pub const DEFAULT_THRESHOLD: u32 = 50;
+
+    /// Compiling blocks after `threshold` interpreted runs.
+    pub fn on(threshold: u32) -> Self {
+        JitConfig {
+            enabled: true,
+            threshold,
+        }
+    }
+}
+
+impl Default for JitConfig {
+    fn default() -> Self {
+        JitConfig::OFF
+    }
+}
+
+/// Why the JIT could not be set up or could not compile a block.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JitError {
+    /// The host is not one Cranelift generates code for.
+    #[error("cranelift does not support this host: {0}")]
+    UnsupportedHost(String),
+    /// Code generation or making the code executable failed.
+    #[error("compiling a block failed: {0}")]
+    Module(String),
+    /// The code store was already freed.
+    #[error("the code store was freed")]
+    Freed,
+}
+
+/// One compiled block: its code, the copy of its ops the code's
+/// interpreter calls point into, and its chain cells.
+struct Compiled<Op> {
+    code: CodePtr,
+    /// Referenced by address from the code; boxed so it never moves.
+    _ops: Box<[Op]>,
+    /// The blocks this one jumps straight into (see `codegen::BlockSource::chain`),
+    /// by code address, 0 for none; read by the code, by address.
+    cells: Box<[AtomicUsize; 2]>,
+    /// The block id it was compiled from.
+    tb: u32,
+}
+
+/// The compiled code of one cache generation and, per block id, how often
+/// the block started in the interpreter.
+pub(crate) struct JitBlocks<Op> {
+    store: Option<CodeStore>,
+    /// The most register slots any block of the store uses.
+    regs_used: u32,
+    /// Block id -> interpreted starts (saturating at the threshold).
+    hits: Vec<AtomicU32>,
+    /// Block id -> index in `compiled`, or [`NONE`].
+    code: Vec<u32>,
+    compiled: Vec<Compiled<Op>>,
+}
+
+impl<Op> Default for JitBlocks<Op> {
+    fn default() -> Self {
+        JitBlocks {
+            store: None,
+            regs_used: 0,
+            hits: Vec::new(),
+            code: Vec::new(),
+            compiled: Vec::new(),
+        }
+    }
+}
+
+/// Marks a block that is not worth compiling (nothing lowered) or failed.
+const NOT_COMPILED: u32 = NONE - 1;
+
+impl<Op: Copy> JitBlocks<Op> {
+    /// Frees the code (the generation is being reclaimed or recycled).
+    pub(crate) fn clear(&mut self) {
+        self.compiled.clear();
+        self.store = None;
+        self.regs_used = 0;
+        self.hits.clear();
+        self.code.clear();
+    }
+
+    /// The compiled code of block `id`, if any.
+    #[inline(always)]
+    fn compiled(&self, id: u32) -> Option<&Compiled<Op>> {
+        let i = *self.code.get(id as usize)?;
+        self.compiled.get(i as usize)
+    }
+
+    /// Counts a start of block `id` in the interpreter; true once the block
+    /// should be compiled.
+    #[inline(always)]
+    pub(crate) fn count_start(&self, id: u32, threshold: u32) -> bool {
+        match self.hits.get(id as usize) {
+            Some(h) => {
+                let n = h.load(Ordering::Relaxed);
+                if n >= threshold {
+                    return self.code.get(id as usize) == Some(&NONE);
+                }
+                h.store(n + 1, Ordering::Relaxed);
+                false
+            }
+            // Translated while the JIT was off.
+            None => false,
+        }
+    }
+
+    /// Makes the per-block slots cover block `id`.
+    pub(crate) fn ensure(&mut self, id: u32) {
+        let n = id as usize + 1;
+        if self.hits.len() < n {
+            self.hits.resize_with(n, || AtomicU32::new(0));
+            self.code.resize(n, NONE);
+        }
+    }
+
+    /// Runs block `id`'s compiled code, or returns `None` if it has none
+    /// (or cannot run it on this register file).
+    #[inline(always)]
+    pub(crate) fn run<F: Frontend<Op = Op>>(
+        &self,
+        id: u32,
+        cpu: &mut F::Cpu,
+        mem: &mut GuestMemory,
+    ) -> Option<CompiledEnd> {
+        let c = self.compiled(id)?;
+        let store = self.store.as_ref()?;
+        runtime::run::<F>(store, &c.code, self.regs_used, cpu, mem)
+    }
+
+    /// The block id whose empty chain cell `unlinked` (from a
+    /// [`CompiledEnd`]) names.
+    pub(crate) fn unlinked_from(&self, unlinked: u64) -> Option<u32> {
+        let i = unlinked.checked_sub(1)? >> 1;
+        self.compiled.get(usize::try_from(i).ok()?).map(|c| c.tb)
+    }
+
+    /// Fills the empty chain cell `unlinked` names with block `target`'s
+    /// code, if it has any: the source block then jumps straight into it.
+    /// The caller checks that both blocks may chain (alive, plain, same
+    /// flags).
+    pub(crate) fn link(&self, unlinked: u64, target: u32) {
+        let Some(n) = unlinked.checked_sub(1) else {
+            return;
+        };
+        let (i, cell) = ((n >> 1) as usize, (n & 1) as usize);
+        let Some(to) = self.compiled(target) else {
+            return;
+        };
+        if let Some(cell) = self.compiled.get(i).and_then(|c| c.cells.get(cell)) {
+            cell.store(to.code.addr(), Ordering::Release);
+        }
+    }
+
+    /// Empties every chain cell (blocks were invalidated or must be
+    /// planned again): every block returns to the vCPU loop once more.
+    pub(crate) fn unlink_all(&self) {
+        for c in &self.compiled {
+            for cell in c.cells.iter() {
+                cell.store(0, Ordering::Release);
+            }
+        }
+    }
+
+    /// How many blocks have code, and its size in bytes.
+    pub(crate) fn compiled_stats(&self) -> (usize, usize) {
+        (
+            self.compiled.len(),
+            self.store.as_ref().map_or(0, |s| s.code_bytes),
+        )
+    }
+}
+
+/// Compiles blocks; one per engine, reused for every block.
+pub(crate) struct JitCompiler {
+    isa: OwnedTargetIsa,
+    helpers: Helpers,
+    ctx: Context,
+    fctx: FunctionBuilderContext,
+    ir: IrBuilder,
+}
+
+impl JitCompiler {
+    /// A compiler for the host, calling `F`'s helpers.
+    pub(crate) fn new<F: Frontend>() -> Result<Self, JitError> {
+        let mut flags = settings::builder();
+        let set = |flags: &mut settings::Builder, k: &str, v: &str| {
+            flags
+                .set(k, v)
+                .map_err(|e| JitError::UnsupportedHost(e.to_string()))
+        };
+        set(&mut flags, "opt_level", "speed")?;
+        set(&mut flags, "is_pic", "false")?;
+        set(&mut flags, "use_colocated_libcalls", "false")?;
+        // Cranelift's tail calls (blocks jumping into blocks) need them.
+        set(&mut flags, "preserve_frame_pointers", "true")?;
+        let verify = if cfg!(debug_assertions) {
+            "true"
+        } else {
+            "false"
+        };
+        set(&mut flags, "enable_verifier", verify)?;
+        let isa = cranelift_native::builder()
+            .map_err(|e| JitError::UnsupportedHost(e.to_string()))?
+            .finish(settings::Flags::new(flags))
+            .map_err(|e| JitError::UnsupportedHost(e.to_string()))?;
+        Ok(JitCompiler {
+            isa,
+            helpers: Helpers::for_frontend::<F>(),
+            ctx: Context::new(),
+            fctx: FunctionBuilderContext::new(),
+            ir: IrBuilder::new(),
+        })
+    }
+
+    /// Compiles block `id` (`tb`, its `ops`) into `blocks`, with chain
+    /// exits if `chain`. Returns whether it now has code; a block of which
+    /// nothing lowers is left to the interpreter.
+    pub(crate) fn compile<F: Frontend>(
+        &mut self,
+        frontend: &F,
+        id: u32,
+        tb: &TbHeader,
+        ops: &[TbOp<F::Op>],
+        chain: bool,
+        blocks: &mut JitBlocks<F::Op>,
+    ) -> Result<bool, JitError> {
+        blocks.ensure(id);
+        let slot = id as usize;
+        if blocks.code.get(slot) != Some(&NONE) {
+            return Ok(blocks.compiled(id).is_some());
+        }
+        // Until it succeeds, the block is not compiled again.
+        if let Some(c) = blocks.code.get_mut(slot) {
+            *c = NOT_COMPILED;
+        }
+        self.ir = IrBuilder::new();
+        let mut lowered = 0usize;
+        let last = ops.len().saturating_sub(1);
+        for (i, op) in ops.iter().enumerate() {
+            let pc = tb.pc.wrapping_add(u64::from(op.offset));
+            self.ir.begin(i as u32, pc, op.len);
+            if frontend.lower(&op.op, &mut self.ir) {
+                lowered += 1;
+            } else {
+                self.ir.interpret_current(i == last);
+            }
+            if self.ir.ended {
+                break;
+            }
+        }
+        if lowered == 0 {
+            return Ok(false);
+        }
+        let index = u32::try_from(blocks.compiled.len()).unwrap_or(NOT_COMPILED);
+        if blocks.store.is_none() {
+            let store = CodeStore::new(self.isa.clone(), &mut self.ctx, &mut self.fctx)?;
+            blocks.store = Some(store);
+        }
+        let boxed: Box<[F::Op]> = ops.iter().map(|o| o.op).collect();
+        let cells: Box<[AtomicUsize; 2]> = Box::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
+        let src = codegen::BlockSource {
+            ir: &self.ir,
+            ops_addr: boxed.as_ptr() as usize,
+            op_size: std::mem::size_of::<F::Op>(),
+            helpers: &self.helpers,
+            fallthrough: tb.pc.wrapping_add(u64::from(tb.size)),
+            chain: chain.then(|| (cells.as_ptr() as usize, u64::from(index) * 2 + 1)),
+        };
+        self.ctx.clear();
+        codegen::build(&mut self.ctx.func, &mut self.fctx, &*self.isa, &src);
+        let regs_used = self.ir.regs_used;
+        let Some(store) = blocks.store.as_mut() else {
+            return Err(JitError::Freed);
+        };
+        let code = store.define(&mut self.ctx)?;
+        self.ctx.clear();
+        blocks.regs_used = blocks.regs_used.max(regs_used);
+        blocks.compiled.push(Compiled {
+            code,
+            _ops: boxed,
+            cells,
+            tb: id,
+        });
+        if let Some(c) = blocks.code.get_mut(slot) {
+            *c = index;
+        }
+        Ok(true)
+    }
+}

@@ -1,0 +1,222 @@
+//! What compiled code runs against: the context it is passed, the host
+//! helpers it calls (memory accesses, the interpreter for ops not
+//! lowered) and the call into it. The JIT's `unsafe` lives here and in
+//! `code.rs` (freeing code memory) only.
+#![allow(unsafe_code)]
+
+use std::ffi::c_void;
+use std::mem::offset_of;
+
+use crate::frontend::{CpuExit, Flow, Frontend, sign_extend};
+use crate::memory::GuestMemory;
+
+/// What a compiled block is passed (one pointer). The generated code reads
+/// and writes the fields whose offsets are the `OFF_*` constants.
+#[repr(C)]
+pub(crate) struct JitCtx {
+    /// The frontend's register file ([`Frontend::jit_registers`]);
+    /// re-derived after every interpreter call, which borrows the whole
+    /// register file anew.
+    regs: *mut u64,
+    /// Non-zero once a helper asked the block to leave (`exit` says why).
+    status: u64,
+    /// Instructions executed, added to by every block on its way out.
+    executed: u64,
+    /// Blocks run (the first and those chained to).
+    blocks: u64,
+    /// With `exit`: the exiting instruction's length.
+    exit_len: u64,
+    /// How many more chained jumps the code may take before it returns.
+    budget: u64,
+    /// Set on a return through an exit whose chain cell was empty: which
+    /// block and exit (`JitBlocks::link` decodes it), plus one; else 0.
+    unlinked: u64,
+    /// The data TLBs' tables (`GuestMemory::jit_tlb`), for inline
+    /// accesses.
+    tlb_read: usize,
+    tlb_write: usize,
+    mem: *mut GuestMemory,
+    cpu: *mut c_void,
+    exit: Option<CpuExit>,
+}
+
+pub(crate) const OFF_REGS: i32 = offset_of!(JitCtx, regs) as i32;
+pub(crate) const OFF_STATUS: i32 = offset_of!(JitCtx, status) as i32;
+pub(crate) const OFF_EXECUTED: i32 = offset_of!(JitCtx, executed) as i32;
+pub(crate) const OFF_BLOCKS: i32 = offset_of!(JitCtx, blocks) as i32;
+pub(crate) const OFF_EXIT_LEN: i32 = offset_of!(JitCtx, exit_len) as i32;
+pub(crate) const OFF_BUDGET: i32 = offset_of!(JitCtx, budget) as i32;
+pub(crate) const OFF_UNLINKED: i32 = offset_of!(JitCtx, unlinked) as i32;
+pub(crate) const OFF_TLB_READ: i32 = offset_of!(JitCtx, tlb_read) as i32;
+pub(crate) const OFF_TLB_WRITE: i32 = offset_of!(JitCtx, tlb_write) as i32;
+
+/// Host addresses of the helpers one frontend's compiled code calls.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Helpers {
+    /// `fn(ctx, addr) -> u64` per size index (1, 2, 4, 8 bytes) and
+    /// signedness.
+    pub load: [[usize; 2]; 4],
+    /// `fn(ctx, addr, value)` per size index.
+    pub store: [usize; 4],
+    /// `fn(ctx, op, pc, len) -> next pc`.
+    pub interpret: usize,
+}
+
+type LoadFn = extern "C" fn(*mut JitCtx, u64) -> u64;
+type StoreFn = extern "C" fn(*mut JitCtx, u64, u64);
+type InterpretFn<Op> = extern "C" fn(*mut JitCtx, *const Op, u64, u64) -> u64;
+
+impl Helpers {
+    pub(crate) fn for_frontend<F: Frontend>() -> Self {
+        let l = |f: LoadFn| f as usize;
+        let s = |f: StoreFn| f as usize;
+        let interpret: InterpretFn<F::Op> = interpret::<F>;
+        Helpers {
+            load: [
+                [l(load::<1, false>), l(load::<1, true>)],
+                [l(load::<2, false>), l(load::<2, true>)],
+                [l(load::<4, false>), l(load::<4, true>)],
+                [l(load::<8, false>), l(load::<8, true>)],
+            ],
+            store: [s(store::<1>), s(store::<2>), s(store::<4>), s(store::<8>)],
+            interpret: interpret as usize,
+        }
+    }
+}
+
+/// Index into [`Helpers`]' tables for an access of `size` bytes.
+pub(crate) fn size_index(size: u8) -> usize {
+    match size {
+        1 => 0,
+        2 => 1,
+        4 => 2,
+        _ => 3,
+    }
+}
+
+// SAFETY (all three helpers): only compiled code calls them, with the
+// `JitCtx` that `run` built from exclusive borrows of the register file and
+// guest memory; nothing else touches either while the block runs, and
+// `JitCtx::mem` is only dereferenced here, one helper at a time.
+extern "C" fn load<const SIZE: u8, const SIGNED: bool>(ctx: *mut JitCtx, addr: u64) -> u64 {
+    // SAFETY: see above.
+    let ctx = unsafe { &mut *ctx };
+    // SAFETY: see above.
+    let mem = unsafe { &mut *ctx.mem };
+    match mem.load(addr, SIZE) {
+        Ok(v) if SIGNED => sign_extend(v, SIZE),
+        Ok(v) => v,
+        Err(fault) => {
+            ctx.exit = Some(CpuExit::Fault(fault));
+            ctx.status = 1;
+            0
+        }
+    }
+}
+
+extern "C" fn store<const SIZE: u8>(ctx: *mut JitCtx, addr: u64, value: u64) {
+    // SAFETY: see above.
+    let ctx = unsafe { &mut *ctx };
+    // SAFETY: see above.
+    let mem = unsafe { &mut *ctx.mem };
+    if let Err(fault) = mem.store(addr, SIZE, value) {
+        ctx.exit = Some(CpuExit::Fault(fault));
+        ctx.status = 1;
+    }
+}
+
+extern "C" fn interpret<F: Frontend>(ctx: *mut JitCtx, op: *const F::Op, pc: u64, len: u64) -> u64 {
+    // SAFETY: see above; `ctx.cpu` is the `F::Cpu` `run::<F>` was given
+    // (the helper table is per frontend), and `op` points into the
+    // compiled block's own copy of its ops, which lives as long as the code.
+    let ctx = unsafe { &mut *ctx };
+    // SAFETY: as above.
+    let cpu = unsafe { &mut *ctx.cpu.cast::<F::Cpu>() };
+    // SAFETY: as above.
+    let mem = unsafe { &mut *ctx.mem };
+    // SAFETY: as above.
+    let op = unsafe { &*op };
+    let flow = F::execute(cpu, op, pc, mem);
+    ctx.regs = F::jit_registers(cpu).as_mut_ptr();
+    match flow {
+        Flow::Next => pc.wrapping_add(len),
+        Flow::Jump(target) => target,
+        Flow::Exit(exit) => {
+            ctx.exit = Some(exit);
+            ctx.status = 1;
+            pc
+        }
+    }
+}
+
+/// Chained jumps compiled code may take per call before it returns to
+/// the vCPU loop (which then looks at exit and flush requests).
+pub(crate) const CHAIN_BUDGET: u64 = 4096;
+
+/// How a run of compiled blocks ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CompiledEnd {
+    /// Where execution continues; for an exit, the exiting instruction.
+    pub pc: u64,
+    /// Instructions executed by all blocks of the run.
+    pub executed: u64,
+    /// Blocks run.
+    pub blocks: u64,
+    /// With `exit`: the exiting instruction's length.
+    pub len: u8,
+    pub exit: Option<CpuExit>,
+    /// The empty chain cell the run left through (see `JitCtx::unlinked`).
+    pub unlinked: u64,
+}
+
+/// Runs the compiled block at `code` (and those it chains to) on `cpu`
+/// and `mem`, or returns `None` without running it if the frontend's
+/// register file is smaller than the JIT's blocks use (`regs_used`
+/// slots, the most any block of the store uses).
+pub(crate) fn run<F: Frontend>(
+    store: &super::code::CodeStore,
+    code: &super::code::CodePtr,
+    regs_used: u32,
+    cpu: &mut F::Cpu,
+    mem: &mut GuestMemory,
+) -> Option<CompiledEnd> {
+    let cpu_ptr: *mut F::Cpu = cpu;
+    // SAFETY: `cpu_ptr` comes from the exclusive borrow `cpu`, unused
+    // while the block runs.
+    let regs = F::jit_registers(unsafe { &mut *cpu_ptr });
+    if regs.len() < regs_used as usize {
+        return None;
+    }
+    let tlb = mem.jit_tlb();
+    let mut ctx = JitCtx {
+        regs: regs.as_mut_ptr(),
+        status: 0,
+        executed: 0,
+        blocks: 0,
+        exit_len: 0,
+        budget: CHAIN_BUDGET,
+        unlinked: 0,
+        tlb_read: tlb.read,
+        tlb_write: tlb.write,
+        mem,
+        cpu: cpu_ptr.cast(),
+        exit: None,
+    };
+    // SAFETY: `code` is a finished block of `store` (code.rs), alive
+    // while the store is (the caller holds a borrow of it). The generated
+    // code, and the blocks it chains to (all of the same store, all using
+    // at most `regs_used` slots), access register slots below `regs_used`,
+    // checked above, and the context's fields at their offsets. Its inline accesses follow TLB
+    // entries to page bytes that live while the entries do; only the
+    // helpers, through `ctx.mem`, change entries, and the generated code
+    // re-reads an entry at every access.
+    let pc = unsafe { store.enter(code, &mut ctx) };
+    Some(CompiledEnd {
+        pc,
+        executed: ctx.executed,
+        blocks: ctx.blocks,
+        len: ctx.exit_len as u8,
+        exit: ctx.exit,
+        unlinked: ctx.unlinked,
+    })
+}
