@@ -373,8 +373,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         );
         if args.jit == Some(true) {
             eprintln!(
-                "tcgkit: jit: {} blocks compiled, {} compiled block runs",
-                stats.blocks_compiled, stats.compiled_blocks_executed
+                "tcgkit: jit: {} blocks compiled ({} bytes), {} compiled block runs in {} entries",
+                stats.blocks_compiled,
+                stats.compiled_bytes,
+                stats.compiled_blocks_executed,
+                stats.compiled_entries
             );
         }
     }

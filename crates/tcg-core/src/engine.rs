@@ -383,6 +383,10 @@ pub struct EngineStats {
     pub compiled_blocks_executed: u64,
     /// Host code bytes of the current generation's compiled blocks.
     pub compiled_bytes: u64,
+    /// Times the vCPU loop entered compiled code (each entry runs blocks
+    /// until one needs the loop: fewer entries than compiled block runs
+    /// means blocks jumped straight into each other).
+    pub compiled_entries: u64,
 }
 
 /// The engine's fields [`Engine::plan_block`] uses, borrowed apart from
@@ -870,6 +874,7 @@ impl<F: Frontend> Engine<F> {
         let mut unlinked = 0u64;
         let mut unlinked_in = (0u64, 0u32);
         let mut jit_blocks = 0u64;
+        let mut jit_entries = 0u64;
         let exit = loop {
             // Quiescent point: this vCPU holds no reference into any block.
             vcpu.announce(self.current.id);
@@ -945,13 +950,14 @@ impl<F: Frontend> Engine<F> {
                         }
                         unlinked = 0;
                     }
-                    current.jit.run::<F>(tb_id, cpu, mem)
+                    crate::jit::run::<F>(current, tb_id, cpu, mem)
                 } else {
                     None
                 };
                 let end = match compiled {
                     Some(c) => {
                         jit_blocks += c.blocks;
+                        jit_entries += 1;
                         blocks += c.blocks.saturating_sub(1);
                         if c.exit.is_none() && tb.mode == ExecMode::Plain {
                             unlinked = c.unlinked;
@@ -1062,6 +1068,7 @@ impl<F: Frontend> Engine<F> {
         self.stats.blocks_executed += blocks;
         self.stats.insns_executed += insns;
         self.stats.compiled_blocks_executed += jit_blocks;
+        self.stats.compiled_entries += jit_entries;
         exit
     }
 

@@ -115,6 +115,8 @@ struct Outcome {
     insns: u64,
     /// Blocks that ran as compiled code.
     compiled_runs: u64,
+    /// Times the vCPU loop entered compiled code.
+    compiled_entries: u64,
 }
 
 fn run(code: &[u32], regs: &[u64], jit: JitConfig) -> Outcome {
@@ -150,6 +152,7 @@ fn run(code: &[u32], regs: &[u64], jit: JitConfig) -> Outcome {
         data,
         insns: stats.insns_executed,
         compiled_runs: stats.compiled_blocks_executed,
+        compiled_entries: stats.compiled_entries,
     }
 }
 
@@ -256,4 +259,38 @@ fn compiled_code_survives_a_flush() {
     same(&code, &[0; 31]).unwrap();
     let jit = run(&code, &[0; 31], JitConfig::on(0));
     assert_eq!(jit.regs[6], 90);
+}
+
+/// A loop calling a function through `jal` and returning through `jalr`:
+/// the return is an indirect jump, taken straight into the compiled block
+/// after the call through the jump table.
+#[test]
+fn calls_and_returns_stay_compiled() {
+    let code = [
+        enc::addi(COUNTER, 0, 50),
+        // loop: call f, count down, again
+        enc::jal(1, 16),
+        enc::addi(COUNTER, COUNTER, -1),
+        enc::b(1, COUNTER, 0, -8),
+        enc::ECALL,
+        // f: x6 += 3; ret
+        enc::addi(6, 6, 3),
+        enc::jalr(0, 1, 0),
+    ];
+    same(&code, &[0; 31]).unwrap();
+    let jit = run(&code, &[0; 31], JitConfig::on(0));
+    assert_eq!(jit.regs[6], 150);
+    // Every iteration's three blocks ran compiled, jumping into each other
+    // (the return through the jump table): the loop entered compiled code
+    // only while links were being made.
+    assert!(
+        jit.compiled_runs >= 150,
+        "{} compiled runs",
+        jit.compiled_runs
+    );
+    assert!(
+        jit.compiled_entries <= 10,
+        "{} entries",
+        jit.compiled_entries
+    );
 }

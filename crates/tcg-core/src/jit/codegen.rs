@@ -36,6 +36,11 @@ pub(crate) struct BlockSource<'a> {
     /// `JitCtx::unlinked` for cell 0 (cell 1's is one more). `None`: the
     /// block never chains.
     pub chain: Option<(usize, u64)>,
+    /// Indirect jumps: the address of the jump table
+    /// (`[JumpSlot; JUMP_SLOTS]`) and the flags the block was translated
+    /// under (those of every block it may jump into). `None`: indirect
+    /// jumps return to the vCPU loop.
+    pub jumps: Option<(usize, u32)>,
 }
 
 /// A guest register slot's state at the current point of the straight
@@ -65,6 +70,7 @@ struct Lowering<'f, 'c> {
     sig_store: ir::SigRef,
     sig_interpret: ir::SigRef,
     sig_block: ir::SigRef,
+    sig_lookup: ir::SigRef,
     /// The pc the interpreter returned for the last instruction, if that
     /// is how the block ends.
     interpreted_next: Option<ir::Value>,
@@ -150,6 +156,7 @@ pub(crate) fn build(
     let sig_load = b.import_signature(helper_sig(&[I64, I64], Some(I64)));
     let sig_store = b.import_signature(helper_sig(&[I64, I64, I64], None));
     let sig_interpret = b.import_signature(helper_sig(&[I64, I64, I64, I64], Some(I64)));
+    let sig_lookup = b.import_signature(helper_sig(&[I64, I64, I64], Some(I64)));
     let sig_block = b.import_signature(block_signature());
 
     let regs = b.declare_var(I64);
@@ -170,6 +177,7 @@ pub(crate) fn build(
         sig_store,
         sig_interpret,
         sig_block,
+        sig_lookup,
         interpreted_next: None,
     };
     let mut ended = false;
@@ -322,6 +330,72 @@ impl Lowering<'_, '_> {
         self.b.ins().return_(&[pc]);
     }
 
+    /// Leaves the block for the computed pc `target`: straight into the
+    /// block the jump table (or the lookup helper, which fills it) names,
+    /// if the budget allows, else back to the vCPU loop.
+    fn leave_indirect(&mut self, executed: u32, target: ir::Value) {
+        let Some((table, flags)) = self.src.jumps else {
+            return self.leave(executed, target);
+        };
+        self.finish_block(executed);
+        let budget = self.b.ins().load(I64, trusted(), self.ctx, OFF_BUDGET);
+        let allowed = self.b.ins().icmp_imm_s(IntCC::NotEqual, budget, 0);
+        let probe = self.b.create_block();
+        let back = self.b.create_block();
+        self.b.ins().brif(allowed, probe, &[], back, &[]);
+        self.b.seal_block(probe);
+
+        // The table: slot (target >> 1) mod JUMP_SLOTS, 16 bytes each.
+        self.b.switch_to_block(probe);
+        let index = self.b.ins().ushr_imm_u(target, 1);
+        let index = self
+            .b
+            .ins()
+            .band_imm_u(index, (super::JUMP_SLOTS - 1) as i64);
+        let offset = self.b.ins().ishl_imm_u(index, 4);
+        let table = self.b.ins().iconst(I64, table as i64);
+        let slot = self.b.ins().iadd(table, offset);
+        let pc = self.b.ins().atomic_load(I64, trusted(), slot);
+        let hit = self.b.ins().icmp(IntCC::Equal, pc, target);
+        let found = self.b.create_block();
+        let code_param = self.b.append_block_param(found, I64);
+        let miss = self.b.create_block();
+        let code_at = self.b.create_block();
+        self.b.ins().brif(hit, code_at, &[], miss, &[]);
+        self.b.seal_block(code_at);
+        self.b.seal_block(miss);
+
+        self.b.switch_to_block(code_at);
+        let slot_code = self.b.ins().iadd_imm_s(slot, 8);
+        let code = self.b.ins().atomic_load(I64, trusted(), slot_code);
+        self.b.ins().jump(found, &[code.into()]);
+
+        self.b.switch_to_block(miss);
+        self.b.set_cold_block(miss);
+        let flags = self.b.ins().iconst(I64, i64::from(flags));
+        let code = self
+            .helper(
+                self.src.helpers.lookup,
+                self.sig_lookup,
+                &[self.ctx, target, flags],
+            )
+            .unwrap_or_else(|| self.b.ins().iconst(I64, 0));
+        let known = self.b.ins().icmp_imm_s(IntCC::NotEqual, code, 0);
+        self.b.ins().brif(known, found, &[code.into()], back, &[]);
+        self.b.seal_block(found);
+        self.b.seal_block(back);
+
+        self.b.switch_to_block(found);
+        let left = self.b.ins().iadd_imm_s(budget, -1);
+        self.b.ins().store(trusted(), left, self.ctx, OFF_BUDGET);
+        self.b
+            .ins()
+            .return_call_indirect(self.sig_block, code_param, &[self.ctx]);
+
+        self.b.switch_to_block(back);
+        self.b.ins().return_(&[target]);
+    }
+
     /// After a helper call: if it asked to leave, leave at the current
     /// instruction (counting it, as the interpreter counts an exiting
     /// instruction).
@@ -417,7 +491,7 @@ impl Lowering<'_, '_> {
                     Some(pc) => self.leave_chained(executed, pc, 0),
                     None => {
                         let target = self.value(target);
-                        self.leave(executed, target);
+                        self.leave_indirect(executed, target);
                     }
                 }
                 return None;

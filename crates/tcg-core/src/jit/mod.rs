@@ -18,7 +18,7 @@ mod codegen;
 mod ir;
 mod runtime;
 
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use cranelift_codegen::Context;
 use cranelift_codegen::isa::OwnedTargetIsa;
@@ -27,7 +27,7 @@ use cranelift_frontend::FunctionBuilderContext;
 
 pub use ir::{BinOp, Cond, IrBuilder, UnOp, Value};
 
-use crate::cache::{NONE, TbHeader, TbOp};
+use crate::cache::{Generation, NONE, TbHeader, TbOp};
 use crate::frontend::Frontend;
 use crate::memory::GuestMemory;
 use code::{CodePtr, CodeStore};
@@ -95,10 +95,28 @@ struct Compiled<Op> {
     tb: u32,
 }
 
+/// One entry of the indirect-jump table: a guest pc and the code of the
+/// compiled block at it. `repr(C)`: compiled code reads both words.
+#[repr(C)]
+pub(crate) struct JumpSlot {
+    pub(crate) pc: AtomicU64,
+    pub(crate) code: AtomicUsize,
+}
+
+/// Entries of the indirect-jump table (a power of two).
+pub(crate) const JUMP_SLOTS: usize = 1024;
+/// No guest pc: RISC-V and most guests never run at an odd address, and
+/// a miss only costs a lookup.
+const EMPTY_PC: u64 = u64::MAX;
+
 /// The compiled code of one cache generation and, per block id, how often
 /// the block started in the interpreter.
 pub(crate) struct JitBlocks<Op> {
     store: Option<CodeStore>,
+    /// Indirect jumps (returns, calls through pointers): guest pc ->
+    /// compiled block, direct mapped by pc, probed inline by compiled code
+    /// and filled by the lookup helper; emptied with the chain cells.
+    jumps: Box<[JumpSlot]>,
     /// The most register slots any block of the store uses.
     regs_used: u32,
     /// Block id -> interpreted starts (saturating at the threshold).
@@ -112,6 +130,12 @@ impl<Op> Default for JitBlocks<Op> {
     fn default() -> Self {
         JitBlocks {
             store: None,
+            jumps: (0..JUMP_SLOTS)
+                .map(|_| JumpSlot {
+                    pc: AtomicU64::new(EMPTY_PC),
+                    code: AtomicUsize::new(0),
+                })
+                .collect(),
             regs_used: 0,
             hits: Vec::new(),
             code: Vec::new(),
@@ -126,6 +150,7 @@ const NOT_COMPILED: u32 = NONE - 1;
 impl<Op: Copy> JitBlocks<Op> {
     /// Frees the code (the generation is being reclaimed or recycled).
     pub(crate) fn clear(&mut self) {
+        self.forget_jumps();
         self.compiled.clear();
         self.store = None;
         self.regs_used = 0;
@@ -167,18 +192,9 @@ impl<Op: Copy> JitBlocks<Op> {
         }
     }
 
-    /// Runs block `id`'s compiled code, or returns `None` if it has none
-    /// (or cannot run it on this register file).
-    #[inline(always)]
-    pub(crate) fn run<F: Frontend<Op = Op>>(
-        &self,
-        id: u32,
-        cpu: &mut F::Cpu,
-        mem: &mut GuestMemory,
-    ) -> Option<CompiledEnd> {
-        let c = self.compiled(id)?;
-        let store = self.store.as_ref()?;
-        runtime::run::<F>(store, &c.code, self.regs_used, cpu, mem)
+    /// The jump table's address, for compiled code.
+    fn jumps_addr(&self) -> usize {
+        self.jumps.as_ptr() as usize
     }
 
     /// The block id whose empty chain cell `unlinked` (from a
@@ -213,6 +229,24 @@ impl<Op: Copy> JitBlocks<Op> {
                 cell.store(0, Ordering::Release);
             }
         }
+        self.forget_jumps();
+    }
+
+    fn forget_jumps(&self) {
+        for slot in self.jumps.iter() {
+            slot.pc.store(EMPTY_PC, Ordering::Relaxed);
+            slot.code.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// The indirect-jump table's slot for `pc`.
+    pub(crate) fn jump_slot(&self, pc: u64) -> Option<&JumpSlot> {
+        self.jumps.get(((pc >> 1) as usize) & (JUMP_SLOTS - 1))
+    }
+
+    /// The code of block `id`, if compiled.
+    pub(crate) fn code_of(&self, id: u32) -> Option<usize> {
+        self.compiled(id).map(|c| c.code.addr())
     }
 
     /// How many blocks have code, and its size in bytes.
@@ -222,6 +256,22 @@ impl<Op: Copy> JitBlocks<Op> {
             self.store.as_ref().map_or(0, |s| s.code_bytes),
         )
     }
+}
+
+/// Runs block `id` of `generation` as compiled code (with the blocks it
+/// jumps into), or returns `None` if it has none (or cannot run it on this
+/// register file).
+#[inline(always)]
+pub(crate) fn run<F: Frontend>(
+    generation: &Generation<F::Op>,
+    id: u32,
+    cpu: &mut F::Cpu,
+    mem: &mut GuestMemory,
+) -> Option<CompiledEnd> {
+    let blocks = &generation.jit;
+    let c = blocks.compiled(id)?;
+    let store = blocks.store.as_ref()?;
+    runtime::run::<F>(generation, store, &c.code, blocks.regs_used, cpu, mem)
 }
 
 /// Compiles blocks; one per engine, reused for every block.
@@ -319,6 +369,7 @@ impl JitCompiler {
             helpers: &self.helpers,
             fallthrough: tb.pc.wrapping_add(u64::from(tb.size)),
             chain: chain.then(|| (cells.as_ptr() as usize, u64::from(index) * 2 + 1)),
+            jumps: chain.then(|| (blocks.jumps_addr(), tb.flags)),
         };
         self.ctx.clear();
         codegen::build(&mut self.ctx.func, &mut self.fctx, &*self.isa, &src);

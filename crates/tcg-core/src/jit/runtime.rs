@@ -7,6 +7,9 @@
 use std::ffi::c_void;
 use std::mem::offset_of;
 
+use std::sync::atomic::Ordering;
+
+use crate::cache::{ExecMode, Generation};
 use crate::frontend::{CpuExit, Flow, Frontend, sign_extend};
 use crate::memory::GuestMemory;
 
@@ -37,6 +40,8 @@ pub(crate) struct JitCtx {
     tlb_write: usize,
     mem: *mut GuestMemory,
     cpu: *mut c_void,
+    /// The `Generation<F::Op>` the blocks belong to, for the lookup helper.
+    generation: *const c_void,
     exit: Option<CpuExit>,
 }
 
@@ -60,17 +65,21 @@ pub(crate) struct Helpers {
     pub store: [usize; 4],
     /// `fn(ctx, op, pc, len) -> next pc`.
     pub interpret: usize,
+    /// `fn(ctx, pc, flags) -> code of the compiled block at pc, or 0`.
+    pub lookup: usize,
 }
 
 type LoadFn = extern "C" fn(*mut JitCtx, u64) -> u64;
 type StoreFn = extern "C" fn(*mut JitCtx, u64, u64);
 type InterpretFn<Op> = extern "C" fn(*mut JitCtx, *const Op, u64, u64) -> u64;
+type LookupFn = extern "C" fn(*mut JitCtx, u64, u64) -> usize;
 
 impl Helpers {
     pub(crate) fn for_frontend<F: Frontend>() -> Self {
         let l = |f: LoadFn| f as usize;
         let s = |f: StoreFn| f as usize;
         let interpret: InterpretFn<F::Op> = interpret::<F>;
+        let lookup: LookupFn = lookup::<F::Op>;
         Helpers {
             load: [
                 [l(load::<1, false>), l(load::<1, true>)],
@@ -80,6 +89,7 @@ impl Helpers {
             ],
             store: [s(store::<1>), s(store::<2>), s(store::<4>), s(store::<8>)],
             interpret: interpret as usize,
+            lookup: lookup as usize,
         }
     }
 }
@@ -149,6 +159,37 @@ extern "C" fn interpret<F: Frontend>(ctx: *mut JitCtx, op: *const F::Op, pc: u64
     }
 }
 
+/// An indirect jump's target: the compiled block at `pc` (translated
+/// under `flags`) if it may be jumped into straight from compiled code
+/// (alive, plain, planned under the current version), recorded in the
+/// jump table; 0 sends the jump back to the vCPU loop.
+extern "C" fn lookup<Op: Copy>(ctx: *mut JitCtx, pc: u64, flags: u64) -> usize {
+    // SAFETY: as for the other helpers; `ctx.generation` is the
+    // `Generation<Op>` `run` was given (the helper table is per frontend,
+    // hence per `Op`), borrowed for the whole run.
+    let ctx = unsafe { &*ctx };
+    // SAFETY: as above.
+    let generation = unsafe { &*ctx.generation.cast::<Generation<Op>>() };
+    let Some(id) = generation.lookup(pc, flags as u32) else {
+        return 0;
+    };
+    let Some(tb) = generation.tbs.get(id as usize) else {
+        return 0;
+    };
+    if tb.dead || tb.mode != ExecMode::Plain || tb.plan_version != generation.plan_version {
+        return 0;
+    }
+    let Some(code) = generation.jit.code_of(id) else {
+        return 0;
+    };
+    if let Some(slot) = generation.jit.jump_slot(pc) {
+        // Code first: a reader that sees the pc sees its code.
+        slot.code.store(code, Ordering::Release);
+        slot.pc.store(pc, Ordering::Release);
+    }
+    code
+}
+
 /// Chained jumps compiled code may take per call before it returns to
 /// the vCPU loop (which then looks at exit and flush requests).
 pub(crate) const CHAIN_BUDGET: u64 = 4096;
@@ -174,6 +215,7 @@ pub(crate) struct CompiledEnd {
 /// register file is smaller than the JIT's blocks use (`regs_used`
 /// slots, the most any block of the store uses).
 pub(crate) fn run<F: Frontend>(
+    generation: &Generation<F::Op>,
     store: &super::code::CodeStore,
     code: &super::code::CodePtr,
     regs_used: u32,
@@ -200,6 +242,7 @@ pub(crate) fn run<F: Frontend>(
         tlb_write: tlb.write,
         mem,
         cpu: cpu_ptr.cast(),
+        generation: std::ptr::from_ref(generation).cast(),
         exit: None,
     };
     // SAFETY: `code` is a finished block of `store` (code.rs), alive
