@@ -16,7 +16,7 @@ use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 
 use super::ir::{BinOp, Cond, Inst, IrBuilder, UnOp, Value};
 use super::runtime::{
-    Helpers, OFF_BLOCKS, OFF_BUDGET, OFF_EXECUTED, OFF_EXIT_LEN, OFF_REGS, OFF_STATUS,
+    CHAIN_BUDGET, Helpers, OFF_BUDGET, OFF_EXECUTED, OFF_EXIT_LEN, OFF_REGS, OFF_STATUS,
     OFF_TLB_READ, OFF_TLB_WRITE, OFF_UNLINKED, size_index,
 };
 use crate::memory::JitTlb;
@@ -57,6 +57,10 @@ struct Slot {
 struct Lowering<'f, 'c> {
     b: FunctionBuilder<'f>,
     ctx: ir::Value,
+    /// Chained jumps the run may still take, and instructions it executed
+    /// before this block (the block's parameters).
+    budget: ir::Value,
+    executed: ir::Value,
     regs: Variable,
     slots: Vec<Option<Slot>>,
     values: Vec<Option<ir::Value>>,
@@ -98,8 +102,14 @@ const PAGE_MASK: u64 = (1 << JitTlb::PAGE_SHIFT) - 1;
 /// A block's signature: the context in, the next pc out, in Cranelift's
 /// `tail` convention so that a block can jump into the next without
 /// growing the stack.
+///
+/// Besides the context a block takes the chaining budget left and the
+/// instructions executed so far in the run: passed in registers from block
+/// to block, stored to the context only on the way back to the host.
 fn block_signature() -> Signature {
     let mut sig = Signature::new(CallConv::Tail);
+    sig.params.push(AbiParam::new(I64));
+    sig.params.push(AbiParam::new(I64));
     sig.params.push(AbiParam::new(I64));
     sig.returns.push(AbiParam::new(I64));
     sig
@@ -124,7 +134,11 @@ pub(crate) fn build_trampoline(
     b.seal_block(entry);
     let (ctx, block) = (b.block_params(entry)[0], b.block_params(entry)[1]);
     let sig_block = b.import_signature(block_signature());
-    let call = b.ins().call_indirect(sig_block, block, &[ctx]);
+    let budget = b.ins().iconst(I64, CHAIN_BUDGET as i64);
+    let executed = b.ins().iconst(I64, 0);
+    let call = b
+        .ins()
+        .call_indirect(sig_block, block, &[ctx, budget, executed]);
     let pc = b.inst_results(call)[0];
     b.ins().return_(&[pc]);
     b.finalize(isa.frontend_config());
@@ -145,7 +159,11 @@ pub(crate) fn build(
     b.append_block_params_for_function_params(entry);
     b.switch_to_block(entry);
     b.seal_block(entry);
-    let ctx = b.block_params(entry)[0];
+    let (ctx, budget, executed) = (
+        b.block_params(entry)[0],
+        b.block_params(entry)[1],
+        b.block_params(entry)[2],
+    );
 
     let helper_sig = |params: &[ir::Type], ret: Option<ir::Type>| {
         let mut s = Signature::new(call_conv);
@@ -166,6 +184,8 @@ pub(crate) fn build(
     let mut l = Lowering {
         b,
         ctx,
+        budget,
+        executed,
         regs,
         slots: vec![None; src.ir.regs_used as usize],
         values: vec![None; src.ir.insts.len()],
@@ -269,25 +289,36 @@ impl Lowering<'_, '_> {
         }
     }
 
-    /// Adds `n` to the context's counter at `offset`.
-    fn add_to_ctx(&mut self, offset: i32, n: i64) {
-        let old = self.b.ins().load(I64, trusted(), self.ctx, offset);
-        let new = self.b.ins().iadd_imm_s(old, n);
-        self.b.ins().store(trusted(), new, self.ctx, offset);
+    /// The way out of a block: register file up to date, and the run's
+    /// instruction count with this block's `executed` ones.
+    fn finish_block(&mut self, executed: u32) -> ir::Value {
+        self.write_back(false);
+        self.b.ins().iadd_imm_s(self.executed, i64::from(executed))
     }
 
-    /// The way out of a block: register file up to date, `executed` of its
-    /// instructions counted, and the block.
-    fn finish_block(&mut self, executed: u32) {
-        self.write_back(false);
-        self.add_to_ctx(OFF_EXECUTED, i64::from(executed));
-        self.add_to_ctx(OFF_BLOCKS, 1);
+    /// Back to the host: the run's counters into the context.
+    fn return_to_host(&mut self, executed: ir::Value, pc: ir::Value) {
+        self.b
+            .ins()
+            .store(trusted(), executed, self.ctx, OFF_EXECUTED);
+        self.b
+            .ins()
+            .store(trusted(), self.budget, self.ctx, OFF_BUDGET);
+        self.b.ins().return_(&[pc]);
     }
 
     /// Leaves the function for the vCPU loop, returning `pc`.
     fn leave(&mut self, executed: u32, pc: ir::Value) {
-        self.finish_block(executed);
-        self.b.ins().return_(&[pc]);
+        let total = self.finish_block(executed);
+        self.return_to_host(total, pc);
+    }
+
+    /// Jumps into the block at `code` (its counters passed along).
+    fn chain_to(&mut self, code: ir::Value, executed: ir::Value) {
+        let left = self.b.ins().iadd_imm_s(self.budget, -1);
+        self.b
+            .ins()
+            .return_call_indirect(self.sig_block, code, &[self.ctx, left, executed]);
     }
 
     /// Leaves the block for the static pc `next` through chain cell
@@ -299,13 +330,12 @@ impl Lowering<'_, '_> {
             let pc = self.b.ins().iconst(I64, next as i64);
             return self.leave(executed, pc);
         };
-        self.finish_block(executed);
+        let total = self.finish_block(executed);
         let cell_addr = cells.wrapping_add(cell as usize * 8);
         let cell_addr = self.b.ins().iconst(I64, cell_addr as i64);
         let target = self.b.ins().atomic_load(I64, trusted(), cell_addr);
-        let budget = self.b.ins().load(I64, trusted(), self.ctx, OFF_BUDGET);
         let linked = self.b.ins().icmp_imm_s(IntCC::NotEqual, target, 0);
-        let allowed = self.b.ins().icmp_imm_s(IntCC::NotEqual, budget, 0);
+        let allowed = self.b.ins().icmp_imm_s(IntCC::NotEqual, self.budget, 0);
         let go = self.b.ins().band(linked, allowed);
         let chain = self.b.create_block();
         let back = self.b.create_block();
@@ -314,11 +344,7 @@ impl Lowering<'_, '_> {
         self.b.seal_block(back);
 
         self.b.switch_to_block(chain);
-        let left = self.b.ins().iadd_imm_s(budget, -1);
-        self.b.ins().store(trusted(), left, self.ctx, OFF_BUDGET);
-        self.b
-            .ins()
-            .return_call_indirect(self.sig_block, target, &[self.ctx]);
+        self.chain_to(target, total);
 
         self.b.switch_to_block(back);
         self.b.set_cold_block(back);
@@ -327,7 +353,7 @@ impl Lowering<'_, '_> {
             .ins()
             .store(trusted(), marker, self.ctx, OFF_UNLINKED);
         let pc = self.b.ins().iconst(I64, next as i64);
-        self.b.ins().return_(&[pc]);
+        self.return_to_host(total, pc);
     }
 
     /// Leaves the block for the computed pc `target`: straight into the
@@ -337,9 +363,8 @@ impl Lowering<'_, '_> {
         let Some((table, flags)) = self.src.jumps else {
             return self.leave(executed, target);
         };
-        self.finish_block(executed);
-        let budget = self.b.ins().load(I64, trusted(), self.ctx, OFF_BUDGET);
-        let allowed = self.b.ins().icmp_imm_s(IntCC::NotEqual, budget, 0);
+        let total = self.finish_block(executed);
+        let allowed = self.b.ins().icmp_imm_s(IntCC::NotEqual, self.budget, 0);
         let probe = self.b.create_block();
         let back = self.b.create_block();
         self.b.ins().brif(allowed, probe, &[], back, &[]);
@@ -386,14 +411,10 @@ impl Lowering<'_, '_> {
         self.b.seal_block(back);
 
         self.b.switch_to_block(found);
-        let left = self.b.ins().iadd_imm_s(budget, -1);
-        self.b.ins().store(trusted(), left, self.ctx, OFF_BUDGET);
-        self.b
-            .ins()
-            .return_call_indirect(self.sig_block, code_param, &[self.ctx]);
+        self.chain_to(code_param, total);
 
         self.b.switch_to_block(back);
-        self.b.ins().return_(&[target]);
+        self.return_to_host(total, target);
     }
 
     /// After a helper call: if it asked to leave, leave at the current

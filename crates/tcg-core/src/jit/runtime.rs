@@ -23,13 +23,12 @@ pub(crate) struct JitCtx {
     regs: *mut u64,
     /// Non-zero once a helper asked the block to leave (`exit` says why).
     status: u64,
-    /// Instructions executed, added to by every block on its way out.
+    /// Instructions executed by the run, stored on the way back.
     executed: u64,
-    /// Blocks run (the first and those chained to).
-    blocks: u64,
     /// With `exit`: the exiting instruction's length.
     exit_len: u64,
-    /// How many more chained jumps the code may take before it returns.
+    /// The chaining budget left, stored on the way back: the run took
+    /// `CHAIN_BUDGET - budget` chained jumps.
     budget: u64,
     /// Set on a return through an exit whose chain cell was empty: which
     /// block and exit (`JitBlocks::link` decodes it), plus one; else 0.
@@ -48,7 +47,6 @@ pub(crate) struct JitCtx {
 pub(crate) const OFF_REGS: i32 = offset_of!(JitCtx, regs) as i32;
 pub(crate) const OFF_STATUS: i32 = offset_of!(JitCtx, status) as i32;
 pub(crate) const OFF_EXECUTED: i32 = offset_of!(JitCtx, executed) as i32;
-pub(crate) const OFF_BLOCKS: i32 = offset_of!(JitCtx, blocks) as i32;
 pub(crate) const OFF_EXIT_LEN: i32 = offset_of!(JitCtx, exit_len) as i32;
 pub(crate) const OFF_BUDGET: i32 = offset_of!(JitCtx, budget) as i32;
 pub(crate) const OFF_UNLINKED: i32 = offset_of!(JitCtx, unlinked) as i32;
@@ -234,7 +232,6 @@ pub(crate) fn run<F: Frontend>(
         regs: regs.as_mut_ptr(),
         status: 0,
         executed: 0,
-        blocks: 0,
         exit_len: 0,
         budget: CHAIN_BUDGET,
         unlinked: 0,
@@ -257,7 +254,7 @@ pub(crate) fn run<F: Frontend>(
     Some(CompiledEnd {
         pc,
         executed: ctx.executed,
-        blocks: ctx.blocks,
+        blocks: CHAIN_BUDGET.saturating_sub(ctx.budget) + 1,
         len: ctx.exit_len as u8,
         exit: ctx.exit,
         unlinked: ctx.unlinked,
