@@ -264,3 +264,52 @@ fn drcov_and_hotblocks_know_every_module_of_a_dynamic_guest() {
         "the modules' loops are hottest: {report}"
     );
 }
+
+/// Every bundled counting plugin reports the same under the interpreter
+/// and under the JIT compiling every block before its first run (inline
+/// counters then run in compiled blocks that jump into each other; the
+/// callbacks keep their blocks interpreted), and the inline count equals
+/// the engine's.
+#[test]
+fn counts_are_the_same_in_both_execution_modes() {
+    let run = |mode: &[&str], spec: &str| {
+        let out_file = scratch(&format!("modes-{}-{spec}.txt", mode.join("")));
+        let out = Command::new(env!("CARGO_BIN_EXE_tcgkit"))
+            .arg("run")
+            .arg("--stats")
+            .args(mode)
+            .args(["--plugin", spec, "--plugin-out"])
+            .arg(&out_file)
+            .arg(guest("integer"))
+            .arg("20000")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let stats = String::from_utf8(out.stderr).unwrap();
+        (stats, std::fs::read_to_string(&out_file).unwrap())
+    };
+    let interp: &[&str] = &["--jit", "off"];
+    let jit: &[&str] = &["--jit", "on", "--jit-threshold", "0"];
+    for spec in [
+        "insn,inline=true",
+        "insn",
+        "bb,inline=true",
+        "mem,inline=true",
+        "mem",
+    ] {
+        let (_, a) = run(interp, spec);
+        let (stats, b) = run(jit, spec);
+        assert_eq!(a, b, "{spec}: the two modes report differently");
+        if spec == "insn,inline=true" {
+            assert_eq!(
+                number_after(&b, "total insns:"),
+                number_after(&stats, "tcgkit: "),
+                "{spec}"
+            );
+            // The counting blocks ran compiled, jumping into each other.
+            let runs = number_after(&stats, "bytes), ");
+            let entries = number_after(&stats, "block runs in ");
+            assert!(runs > 10 * entries, "{stats}");
+        }
+    }
+}

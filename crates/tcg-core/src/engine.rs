@@ -563,6 +563,14 @@ impl<F: Frontend> Engine<F> {
         self.jit_config
     }
 
+    /// After planning a block: if the inline counters stopped being one
+    /// shared count, counter blocks may no longer jump into each other.
+    fn count_tally_changed(&mut self, before: CountTally) {
+        if matches!(before, CountTally::Shared { .. }) && self.current.count_tally != before {
+            self.current.jit.unlink_all();
+        }
+    }
+
     /// Compiles block `id` of the current generation (it became hot).
     #[cold]
     #[inline(never)]
@@ -580,9 +588,9 @@ impl<F: Frontend> Engine<F> {
         else {
             return;
         };
-        // Only plain blocks jump straight into others; so does nothing
-        // whose translation depends on CPU state the code may change.
-        let chain = tb.mode == ExecMode::Plain && F::TB_FLAGS_FIXED;
+        // Nothing whose translation depends on CPU state the code may
+        // change jumps straight into other blocks.
+        let chain = crate::jit::chain_class(generation, &tb).filter(|_| F::TB_FLAGS_FIXED);
         match compiler.compile(&self.frontend, id, &tb, ops, chain, &mut generation.jit) {
             Ok(true) => self.stats.blocks_compiled += 1,
             Ok(false) => {}
@@ -873,6 +881,7 @@ impl<F: Frontend> Engine<F> {
         // `JitBlocks::link`), linked to the next block if that is compiled.
         let mut unlinked = 0u64;
         let mut unlinked_in = (0u64, 0u32);
+        let mut unlinked_class = None;
         let mut jit_blocks = 0u64;
         let mut jit_entries = 0u64;
         let exit = loop {
@@ -943,7 +952,7 @@ impl<F: Frontend> Engine<F> {
                         // The compiled block before this one left through
                         // an empty chain cell towards this one, in this
                         // generation and plan version.
-                        if tb.mode == ExecMode::Plain
+                        if crate::jit::chain_class(current, tb) == unlinked_class
                             && unlinked_in == (current.id, current.plan_version)
                         {
                             current.jit.link(unlinked, tb_id);
@@ -959,9 +968,10 @@ impl<F: Frontend> Engine<F> {
                         jit_blocks += c.blocks;
                         jit_entries += 1;
                         blocks += c.blocks.saturating_sub(1);
-                        if c.exit.is_none() && tb.mode == ExecMode::Plain {
+                        if c.exit.is_none() {
                             unlinked = c.unlinked;
                             unlinked_in = (current.id, current.plan_version);
+                            unlinked_class = crate::jit::chain_class(current, tb);
                         }
                         if c.blocks > 1 {
                             prev = current.jit.unlinked_from(c.unlinked).unwrap_or(NONE);
@@ -1213,9 +1223,11 @@ impl<F: Frontend> Engine<F> {
                 size,
             );
         let plan = planned.then_some(&*self.scratch_plan.data());
+        let shared = self.current.count_tally;
         let id = self
             .current
             .insert(pc, flags, size, &self.scratch_ops, &self.scratch_raws, plan);
+        self.count_tally_changed(shared);
         if self.jit_config.enabled {
             self.current.jit.ensure(id);
         }
@@ -1302,8 +1314,10 @@ impl<F: Frontend> Engine<F> {
             plan: &mut self.scratch_plan,
         };
         let planned = Self::plan_block(parts, ops, tb.pc, tb.flags, tb.size);
+        let shared = self.current.count_tally;
         self.current
             .replan(id, planned.then_some(&*self.scratch_plan.data()));
+        self.count_tally_changed(shared);
         self.scratch_plan.clear();
         self.stats.tbs_replanned += 1;
     }

@@ -37,10 +37,11 @@ pub(crate) struct BlockSource<'a> {
     /// block never chains.
     pub chain: Option<(usize, u64)>,
     /// Indirect jumps: the address of the jump table
-    /// (`[JumpSlot; JUMP_SLOTS]`) and the flags the block was translated
-    /// under (those of every block it may jump into). `None`: indirect
-    /// jumps return to the vCPU loop.
-    pub jumps: Option<(usize, u32)>,
+    /// (`[JumpSlot; JUMP_SLOTS]`) and the lookup helper's key: the flags
+    /// the block was translated under (those of every block it may jump
+    /// into) and, from bit 32, its chain class. `None`: indirect jumps
+    /// return to the vCPU loop.
+    pub jumps: Option<(usize, u64)>,
 }
 
 /// A guest register slot's state at the current point of the straight
@@ -397,7 +398,7 @@ impl Lowering<'_, '_> {
 
         self.b.switch_to_block(miss);
         self.b.set_cold_block(miss);
-        let flags = self.b.ins().iconst(I64, i64::from(flags));
+        let flags = self.b.ins().iconst(I64, flags as i64);
         let code = self
             .helper(
                 self.src.helpers.lookup,

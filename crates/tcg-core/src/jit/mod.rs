@@ -27,7 +27,7 @@ use cranelift_frontend::FunctionBuilderContext;
 
 pub use ir::{BinOp, Cond, IrBuilder, UnOp, Value};
 
-use crate::cache::{Generation, NONE, TbHeader, TbOp};
+use crate::cache::{CountTally, ExecMode, Generation, NONE, TbHeader, TbOp};
 use crate::frontend::Frontend;
 use crate::memory::GuestMemory;
 use code::{CodePtr, CodeStore};
@@ -93,6 +93,9 @@ struct Compiled<Op> {
     cells: Box<[AtomicUsize; 2]>,
     /// The block id it was compiled from.
     tb: u32,
+    /// The blocks it jumps into straight; `None`: it always returns to
+    /// the loop.
+    class: Option<ChainClass>,
 }
 
 /// One entry of the indirect-jump table: a guest pc and the code of the
@@ -258,6 +261,28 @@ impl<Op: Copy> JitBlocks<Op> {
     }
 }
 
+/// Which blocks compiled code may jump between without the vCPU loop:
+/// plain ones among themselves, and inline-counter blocks among
+/// themselves while every such block of the plan adds the same count
+/// (the loop then adds a whole run's instructions at once).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum ChainClass {
+    Plain = 1,
+    SharedCount = 2,
+}
+
+/// The chain class of `tb` under its generation's current plan, if any.
+pub(crate) fn chain_class<Op>(generation: &Generation<Op>, tb: &TbHeader) -> Option<ChainClass> {
+    match tb.mode {
+        ExecMode::Plain => Some(ChainClass::Plain),
+        ExecMode::Count if matches!(generation.count_tally, CountTally::Shared { .. }) => {
+            Some(ChainClass::SharedCount)
+        }
+        _ => None,
+    }
+}
+
 /// Runs block `id` of `generation` as compiled code (with the blocks it
 /// jumps into), or returns `None` if it has none (or cannot run it on this
 /// register file).
@@ -270,6 +295,14 @@ pub(crate) fn run<F: Frontend>(
 ) -> Option<CompiledEnd> {
     let blocks = &generation.jit;
     let c = blocks.compiled(id)?;
+    if let Some(class) = c.class {
+        // Compiled to jump into blocks of this class only: not while the
+        // block is of another (its plan changed since).
+        let tb = generation.tbs.get(id as usize)?;
+        if chain_class(generation, tb) != Some(class) {
+            return None;
+        }
+    }
     let store = blocks.store.as_ref()?;
     runtime::run::<F>(generation, store, &c.code, blocks.regs_used, cpu, mem)
 }
@@ -322,7 +355,7 @@ impl JitCompiler {
     }
 
     /// Compiles block `id` (`tb`, its `ops`) into `blocks`, with chain
-    /// exits if `chain`. Returns whether it now has code; a block of which
+    /// exits into blocks of class `chain` if given. Returns whether it now has code; a block of which
     /// nothing lowers is left to the interpreter.
     pub(crate) fn compile<F: Frontend>(
         &mut self,
@@ -330,7 +363,7 @@ impl JitCompiler {
         id: u32,
         tb: &TbHeader,
         ops: &[TbOp<F::Op>],
-        chain: bool,
+        chain: Option<ChainClass>,
         blocks: &mut JitBlocks<F::Op>,
     ) -> Result<bool, JitError> {
         blocks.ensure(id);
@@ -373,8 +406,13 @@ impl JitCompiler {
             op_size: std::mem::size_of::<F::Op>(),
             helpers: &self.helpers,
             fallthrough: tb.pc.wrapping_add(u64::from(tb.size)),
-            chain: chain.then(|| (cells.as_ptr() as usize, u64::from(index) * 2 + 1)),
-            jumps: chain.then(|| (blocks.jumps_addr(), tb.flags)),
+            chain: chain.map(|_| (cells.as_ptr() as usize, u64::from(index) * 2 + 1)),
+            jumps: chain.map(|class| {
+                (
+                    blocks.jumps_addr(),
+                    u64::from(tb.flags) | (class as u64) << 32,
+                )
+            }),
         };
         self.ctx.clear();
         codegen::build(&mut self.ctx.func, &mut self.fctx, &*self.isa, &src);
@@ -390,6 +428,7 @@ impl JitCompiler {
             _ops: boxed,
             cells,
             tb: id,
+            class: chain,
         });
         if let Some(c) = blocks.code.get_mut(slot) {
             *c = index;

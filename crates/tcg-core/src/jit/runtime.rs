@@ -9,7 +9,7 @@ use std::mem::offset_of;
 
 use std::sync::atomic::Ordering;
 
-use crate::cache::{ExecMode, Generation};
+use crate::cache::Generation;
 use crate::frontend::{CpuExit, Flow, Frontend, sign_extend};
 use crate::memory::GuestMemory;
 
@@ -158,23 +158,25 @@ extern "C" fn interpret<F: Frontend>(ctx: *mut JitCtx, op: *const F::Op, pc: u64
 }
 
 /// An indirect jump's target: the compiled block at `pc` (translated
-/// under `flags`) if it may be jumped into straight from compiled code
-/// (alive, plain, planned under the current version), recorded in the
+/// under the low 32 bits of `key`) if it may be jumped into straight from
+/// compiled code (alive, planned under the current version, of the chain
+/// class in `key`'s bits 32 and up, see `ChainClass`), recorded in the
 /// jump table; 0 sends the jump back to the vCPU loop.
-extern "C" fn lookup<Op: Copy>(ctx: *mut JitCtx, pc: u64, flags: u64) -> usize {
+extern "C" fn lookup<Op: Copy>(ctx: *mut JitCtx, pc: u64, key: u64) -> usize {
     // SAFETY: as for the other helpers; `ctx.generation` is the
     // `Generation<Op>` `run` was given (the helper table is per frontend,
     // hence per `Op`), borrowed for the whole run.
     let ctx = unsafe { &*ctx };
     // SAFETY: as above.
     let generation = unsafe { &*ctx.generation.cast::<Generation<Op>>() };
-    let Some(id) = generation.lookup(pc, flags as u32) else {
+    let Some(id) = generation.lookup(pc, key as u32) else {
         return 0;
     };
     let Some(tb) = generation.tbs.get(id as usize) else {
         return 0;
     };
-    if tb.dead || tb.mode != ExecMode::Plain || tb.plan_version != generation.plan_version {
+    let class = super::chain_class(generation, tb).map_or(0, |c| c as u64);
+    if tb.dead || class != key >> 32 || tb.plan_version != generation.plan_version {
         return 0;
     }
     let Some(code) = generation.jit.code_of(id) else {
