@@ -67,7 +67,7 @@ pub struct RunArgs {
     #[arg(short = 'd', value_name = "ITEMS")]
     log_items: Option<String>,
     /// Compile hot blocks to host code (`on`) or only interpret (`off`);
-    /// the `TCGKIT_JIT` environment variable says the same. Default: off.
+    /// the `TCGKIT_JIT` environment variable says the same. Default: on.
     #[arg(long, value_name = "on|off", env = "TCGKIT_JIT", value_parser = parse_switch)]
     jit: Option<bool>,
     /// With `--jit on`: interpreted runs before a block is compiled (0
@@ -237,7 +237,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         modules.add_observer(session.image_observer());
     }
     process.set_module_registry(modules);
-    if args.jit == Some(true) {
+    let jit = args.jit.unwrap_or(true);
+    if jit {
         let threshold = args.jit_threshold.unwrap_or(JitConfig::DEFAULT_THRESHOLD);
         if let Err(e) = process.engine_mut().set_jit(JitConfig::on(threshold)) {
             eprintln!("tcgkit: warning: {e}; interpreting only");
@@ -371,7 +372,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             stats.tbs_translated,
             stats.blocks_executed
         );
-        if args.jit == Some(true) {
+        if jit {
             eprintln!(
                 "tcgkit: jit: {} blocks compiled ({} bytes), {} compiled block runs in {} entries",
                 stats.blocks_compiled,
