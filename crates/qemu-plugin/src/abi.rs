@@ -74,6 +74,7 @@ pub const MO_BSWAP: u32 = 0x10;
 
 /// Encodes one access the way QEMU does for a little-endian guest on a
 /// little-endian host, MMU index 0 (user mode).
+#[inline]
 pub fn meminfo(size: u8, sign_extended: bool, is_store: bool) -> MemInfo {
     let shift = u32::from(size.max(1).trailing_zeros() as u8) & MO_SIZE;
     let memop = shift | if sign_extended { MO_SIGN } else { 0 };

@@ -38,6 +38,7 @@ mod context;
 mod crash;
 mod exports;
 mod glib;
+mod imports;
 mod loader;
 mod plugin;
 mod symbols;

@@ -105,6 +105,7 @@ fn install_with(
         host.guest(),
         library.into(),
         callbacks,
+        crate::imports::ContextUse::of_file(path),
     );
     host.install(
         &name,

@@ -2,7 +2,6 @@
 //! plugin-api handle; the table the exported functions find plugins in,
 //! and which plugin's code is running on this thread.
 
-use std::cell::Cell;
 use std::ffi::{CString, c_char, c_int};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -11,6 +10,8 @@ use libloading::Library;
 use tcgkit_plugin_api::{GuestInfo, Plugin, PluginError, PluginHandle};
 
 use crate::abi::{self, InstallFn, PluginId, QemuInfo};
+use crate::context;
+use crate::imports::ContextUse;
 
 /// A plugin's function pointer, cast to its real type when called.
 pub(crate) type RawCb = unsafe extern "C" fn();
@@ -98,9 +99,19 @@ impl Callbacks {
     /// Shared callbacks any engine runs.
     pub(crate) fn plain() -> Callbacks {
         Callbacks {
-            exec: |h, access, call| h.shared_exec_callback(access, move |ctx| call.call(ctx)),
+            exec: |h, access, call| {
+                if call.needs_context() {
+                    h.shared_exec_callback(access, move |ctx| call.call::<true>(ctx))
+                } else {
+                    h.shared_exec_callback(access, move |ctx| call.call::<false>(ctx))
+                }
+            },
             mem: |h, access, call| {
-                h.shared_mem_callback(access, move |ctx, info| call.call(ctx, info))
+                if call.needs_context() {
+                    h.shared_mem_callback(access, move |ctx, info| call.call::<true>(ctx, info))
+                } else {
+                    h.shared_mem_callback(access, move |ctx, info| call.call::<false>(ctx, info))
+                }
             },
         }
     }
@@ -108,9 +119,23 @@ impl Callbacks {
     /// Callbacks inlined into the loops of an engine with frontend `F`.
     pub(crate) fn inlined_for<F: tcgkit_tcg_core::Frontend>() -> Callbacks {
         Callbacks {
-            exec: |h, access, call| h.inlined_exec_callback::<F>(access, move |ctx| call.call(ctx)),
+            exec: |h, access, call| {
+                if call.needs_context() {
+                    h.inlined_exec_callback::<F>(access, move |ctx| call.call::<true>(ctx))
+                } else {
+                    h.inlined_exec_callback::<F>(access, move |ctx| call.call::<false>(ctx))
+                }
+            },
             mem: |h, access, call| {
-                h.inlined_mem_callback::<F>(access, move |ctx, info| call.call(ctx, info))
+                if call.needs_context() {
+                    h.inlined_mem_callback::<F>(access, move |ctx, info| {
+                        call.call::<true>(ctx, info);
+                    })
+                } else {
+                    h.inlined_mem_callback::<F>(access, move |ctx, info| {
+                        call.call::<false>(ctx, info);
+                    })
+                }
             },
         }
     }
@@ -161,6 +186,20 @@ impl RawCounters {
     }
 }
 
+/// Moves what the engine added into `plugin`'s v1 counters. Out of line,
+/// and an `extern "C"` function, which cannot unwind: the callback that
+/// tests for it then has no unwinding path at all (plugin-api's panic
+/// boundary around it costs nothing), and no code for the rare case.
+#[cold]
+#[inline(never)]
+extern "C" fn flush_raw_counters(plugin: &CPlugin) {
+    plugin
+        .raw_counters
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .flush();
+}
+
 /// A QEMU plugin shared object installed into a plugin host.
 pub(crate) struct CPlugin {
     /// The id its callbacks are given (`qemu_plugin_id_t`).
@@ -178,6 +217,9 @@ pub(crate) struct CPlugin {
     pub(crate) shared: Mutex<SharedCallbacks>,
     /// How they are made.
     pub(crate) callbacks: Callbacks,
+    /// What of a running callback's state its code may ask for: its
+    /// callbacks make only that reachable.
+    pub(crate) context_use: ContextUse,
     /// Its v1 inline counters (see [`RawCounters`]).
     pub(crate) raw_counters: Mutex<RawCounters>,
     /// `raw_counters` has some: read without the lock on every call into C.
@@ -209,16 +251,9 @@ impl std::fmt::Debug for CPlugin {
 static PLUGINS: Mutex<Vec<Arc<CPlugin>>> = Mutex::new(Vec::new());
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
-thread_local! {
-    /// The plugin whose code this thread is running (install, a callback),
-    /// for the functions that take no id (`qemu_plugin_outs`, the
-    /// translation-time queries) to know whose version and handle apply.
-    /// A plain pointer: `enter` holds the `Arc` while it is set, so a
-    /// callback pays no reference count.
-    static CURRENT: Cell<*const CPlugin> = const { Cell::new(std::ptr::null()) };
-}
-
 impl CPlugin {
+    // One argument per thing the loader read; a struct would only rename them.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         name: String,
         version: c_int,
@@ -227,6 +262,7 @@ impl CPlugin {
         guest: &GuestInfo,
         library: Library,
         callbacks: Callbacks,
+        context_use: ContextUse,
     ) -> Arc<CPlugin> {
         let plugin = Arc::new(CPlugin {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -236,6 +272,7 @@ impl CPlugin {
             slots: Mutex::new(Slots::default()),
             shared: Mutex::new(SharedCallbacks::default()),
             callbacks,
+            context_use,
             raw_counters: Mutex::new(RawCounters::default()),
             has_raw_counters: std::sync::atomic::AtomicBool::new(false),
             warned: Mutex::new(Vec::new()),
@@ -263,12 +300,10 @@ impl CPlugin {
 
     /// The plugin whose code is running on this thread.
     pub(crate) fn current() -> Option<Arc<CPlugin>> {
-        let current = CURRENT.get();
-        if current.is_null() {
-            return None;
-        }
-        // SAFETY: `enter` set it from an `Arc` it keeps alive until it
-        // restores the previous value, and this thread is inside `enter`.
+        let current = context::frame()?.plugin;
+        // SAFETY: the frame was made from an `Arc` that the call into the
+        // plugin holds while the frame is current (`enter`, or the
+        // callback's `ExecCall`/`MemCall`), and this thread is inside it.
         unsafe {
             Arc::increment_strong_count(current);
             Some(Arc::from_raw(current))
@@ -278,10 +313,7 @@ impl CPlugin {
     /// The name of the plugin whose code is running on this thread, for the
     /// crash handler: no allocation, no reference count, no lock.
     pub(crate) fn current_name() -> Option<&'static str> {
-        let current = CURRENT.get();
-        if current.is_null() {
-            return None;
-        }
+        let current = context::frame()?.plugin;
         // SAFETY: as in `current`: the plugin outlives the `enter` that set
         // the pointer, and the process is dying when this is called.
         Some(unsafe { &*std::ptr::from_ref((*current).name.as_str()) })
@@ -290,9 +322,8 @@ impl CPlugin {
     /// Whether the plugin whose code is running speaks version `v` or later
     /// (false outside any plugin's code).
     pub(crate) fn current_at_least(v: c_int) -> bool {
-        let current = CURRENT.get();
         // SAFETY: as in `current`.
-        !current.is_null() && unsafe { (*current).version >= v }
+        context::frame().is_some_and(|frame| unsafe { (*frame.plugin).version >= v })
     }
 
     /// The board the engine adds to for the plugin's v1 counter at `ptr`.
@@ -311,28 +342,24 @@ impl CPlugin {
         board
     }
 
-    /// Runs `f` (a call into the plugin's code) with the plugin current,
-    /// its v1 inline counters up to date.
-    #[inline(always)]
+    /// Runs `f` (a call into the plugin's code other than an execution or
+    /// memory callback, which `ExecCall` and `MemCall` make) with the
+    /// plugin current, its v1 inline counters up to date.
     pub(crate) fn enter<R>(self: &Arc<Self>, f: impl FnOnce() -> R) -> R {
+        self.update_raw_counters();
+        context::enter(Arc::as_ptr(self), f)
+    }
+
+    /// Brings the plugin's v1 inline counters up to date, before its code
+    /// runs: one test of a flag for a plugin that has none.
+    #[inline(always)]
+    pub(crate) fn update_raw_counters(&self) {
         if self
             .has_raw_counters
             .load(std::sync::atomic::Ordering::Relaxed)
         {
-            self.raw_counters
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .flush();
+            flush_raw_counters(self);
         }
-        struct Leave(*const CPlugin);
-        impl Drop for Leave {
-            #[inline(always)]
-            fn drop(&mut self) {
-                CURRENT.set(self.0);
-            }
-        }
-        let _leave = Leave(CURRENT.replace(Arc::as_ptr(self)));
-        f()
     }
 
     /// The plugin-api handle (set once installed).

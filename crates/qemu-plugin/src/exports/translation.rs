@@ -24,37 +24,54 @@ use super::runtime::{ScoreboardEntry, entry_ref};
 /// A call of the plugin's execution callback `cb(vcpu, udata)`: a named
 /// type, so that a loop compiled for the engine's frontend can be built
 /// around it (see [`crate::plugin::Callbacks`]).
+///
+/// Nothing in a call can unwind (the plugin's function is `extern "C"`,
+/// and the rare v1 counter update is an `extern "C"` function too), so
+/// plugin-api's panic boundary around it compiles to nothing.
 pub(crate) struct ExecCall {
     plugin: Arc<CPlugin>,
     cb: VcpuUdataCb,
     udata: Udata,
+    /// Whether the callback's context must be reachable from the plugin's
+    /// code: see [`ExecCall::needs_context`].
+    context: bool,
 }
 
 impl ExecCall {
+    /// A call of `cb(vcpu, udata)` registered with `flags`.
+    pub(crate) fn new(plugin: &Arc<CPlugin>, cb: VcpuUdataCb, udata: Udata, flags: c_int) -> Self {
+        let uses = plugin.context_use;
+        ExecCall {
+            plugin: Arc::clone(plugin),
+            cb,
+            udata,
+            // Registers read only where the flags allow it: elsewhere the
+            // read fails whether or not the context is reachable.
+            context: uses.memory || (uses.registers && flags >= abi::CB_R_REGS),
+        }
+    }
+
+    /// Whether [`ExecCall::call`] must be made with `CONTEXT`: the plugin
+    /// may read guest memory, or registers with this callback's flags.
+    pub(crate) fn needs_context(&self) -> bool {
+        self.context
+    }
+
+    /// Calls the plugin; `CONTEXT` says whether `ctx` is reachable from its
+    /// code (a callback whose plugin cannot ask for it is called without,
+    /// so that the engine's loop need not keep the context in memory).
     #[inline(always)]
-    pub(crate) fn call(&self, ctx: &mut ExecContext<'_, '_>) {
+    pub(crate) fn call<const CONTEXT: bool>(&self, ctx: &mut ExecContext<'_, '_>) {
         let vcpu = ctx.vcpu();
         let (cb, udata) = (self.cb, self.udata);
-        context::within(ctx, || {
+        self.plugin.update_raw_counters();
+        let ctx = CONTEXT.then_some(ctx);
+        context::within(Arc::as_ptr(&self.plugin), ctx, None, || {
             // SAFETY: `cb` is the plugin's function of this type, called
             // with the vCPU index and the plugin's own pointer, as QEMU does.
-            self.plugin.enter(|| unsafe { cb(vcpu, udata.get()) });
+            unsafe { cb(vcpu, udata.get()) }
         });
     }
-}
-
-/// An execution callback calling the plugin's `cb(vcpu, udata)`.
-fn exec_callback(
-    plugin: &Arc<CPlugin>,
-    cb: VcpuUdataCb,
-    udata: Udata,
-) -> impl Fn(&mut ExecContext<'_, '_>) + Send + Sync + 'static {
-    let call = ExecCall {
-        plugin: Arc::clone(plugin),
-        cb,
-        udata,
-    };
-    move |ctx| call.call(ctx)
 }
 
 /// A call of the plugin's memory callback `cb(vcpu, meminfo, vaddr, udata)`
@@ -63,18 +80,44 @@ pub(crate) struct MemCall {
     plugin: Arc<CPlugin>,
     cb: MemCb,
     udata: Udata,
+    /// Whether the callback's context must be reachable: see
+    /// [`MemCall::needs_context`].
+    context: bool,
 }
 
 impl MemCall {
+    /// A call of `cb(vcpu, meminfo, vaddr, udata)`.
+    pub(crate) fn new(plugin: &Arc<CPlugin>, cb: MemCb, udata: Udata) -> Self {
+        MemCall {
+            plugin: Arc::clone(plugin),
+            cb,
+            udata,
+            // No registers in memory callbacks: only memory reads need it.
+            context: plugin.context_use.memory,
+        }
+    }
+
+    /// Whether [`MemCall::call`] must be made with `CONTEXT`: the plugin
+    /// may read guest memory. (The access it reports is always reachable.)
+    pub(crate) fn needs_context(&self) -> bool {
+        self.context
+    }
+
+    /// Calls the plugin, as [`ExecCall::call`] does.
     #[inline(always)]
-    pub(crate) fn call(&self, ctx: &mut ExecContext<'_, '_>, info: &MemAccessInfo) {
+    pub(crate) fn call<const CONTEXT: bool>(
+        &self,
+        ctx: &mut ExecContext<'_, '_>,
+        info: &MemAccessInfo,
+    ) {
         let vcpu = ctx.vcpu();
         let meminfo: MemInfo = abi::meminfo(info.size, info.sign_extended, info.is_store);
         let (addr, cb, udata) = (info.addr, self.cb, self.udata);
-        context::within_mem(ctx, info, || {
+        self.plugin.update_raw_counters();
+        let ctx = CONTEXT.then_some(ctx);
+        context::within(Arc::as_ptr(&self.plugin), ctx, Some(info), || {
             // SAFETY: the plugin's memory callback, with QEMU's arguments.
-            self.plugin
-                .enter(|| unsafe { cb(vcpu, meminfo, addr, udata.get()) });
+            unsafe { cb(vcpu, meminfo, addr, udata.get()) }
         });
     }
 }
@@ -95,11 +138,7 @@ fn shared_exec(
     let mut shared = plugin.shared.lock().unwrap_or_else(PoisonError::into_inner);
     // Made only the first time: attaching it again is the common case.
     let made = shared.exec.entry(key).or_insert_with(|| {
-        let call = ExecCall {
-            plugin: Arc::clone(plugin),
-            cb,
-            udata: Udata::new(udata),
-        };
+        let call = ExecCall::new(plugin, cb, Udata::new(udata), flags);
         (plugin.callbacks.exec)(handle, access(flags), call)
     });
     Some(made.clone())
@@ -117,11 +156,7 @@ fn shared_mem(
     let mut shared = plugin.shared.lock().unwrap_or_else(PoisonError::into_inner);
     // Made only the first time: attaching it again is the common case.
     let made = shared.mem.entry(key).or_insert_with(|| {
-        let call = MemCall {
-            plugin: Arc::clone(plugin),
-            cb,
-            udata: Udata::new(udata),
-        };
+        let call = MemCall::new(plugin, cb, Udata::new(udata));
         (plugin.callbacks.mem)(handle, access(flags), call)
     });
     Some(made.clone())
@@ -673,8 +708,17 @@ fn register_cond(
     if compare == Compare::Never {
         return; // QEMU registers nothing.
     }
-    let callback = exec_callback(&plugin, cb, Udata::new(udata));
-    target.on_exec_cond(&entry, compare, imm, access(flags), callback);
+    let call = ExecCall::new(&plugin, cb, Udata::new(udata), flags);
+    let access = access(flags);
+    if call.needs_context() {
+        target.on_exec_cond(&entry, compare, imm, access, move |ctx| {
+            call.call::<true>(ctx);
+        });
+    } else {
+        target.on_exec_cond(&entry, compare, imm, access, move |ctx| {
+            call.call::<false>(ctx);
+        });
+    }
 }
 
 /// v3+: `void qemu_plugin_register_vcpu_tb_exec_cond_cb(struct qemu_plugin_tb *, qemu_plugin_vcpu_udata_cb_t, enum qemu_plugin_cb_flags, enum qemu_plugin_cond, qemu_plugin_u64 entry, uint64_t imm, void *userdata)`:
