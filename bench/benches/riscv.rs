@@ -1,6 +1,7 @@
-//! Guest instructions per second of the RV64GC interpreter: hand-assembled
-//! loops run through tcg-core's `Engine` (block cache, jump cache, plain
-//! uninstrumented execution).
+//! Guest instructions per second of the RV64GC interpreter and the JIT:
+//! hand-assembled loops run through tcg-core's `Engine` (block cache, jump
+//! cache, plain uninstrumented execution), and what compiling a block
+//! costs.
 //!
 //! The target from issue 3 is ~250M guest instructions per second on
 //! integer loops (1/8 of qemu-riscv64's JIT).
@@ -13,7 +14,8 @@ use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use tcgkit_riscv::{Cpu, Rv64};
-use tcgkit_tcg_core::{CpuExit, Engine, GuestMemory, Perms};
+use criterion::BatchSize;
+use tcgkit_tcg_core::{CpuExit, Engine, GuestMemory, JitConfig, Perms};
 
 const CODE: u64 = 0x1_0000;
 const DATA: u64 = 0x10_0000;
@@ -96,10 +98,27 @@ fn memory_loop() -> Vec<u32> {
     ]
 }
 
+/// Blocks of the straight-line program, each run once.
+const BLOCKS: usize = 200;
+
+/// `BLOCKS` blocks of three ALU instructions and a `jal` to the next, then
+/// `ecall`: every block is translated, (compiled,) and run once.
+fn straight_blocks() -> Vec<u32> {
+    let mut code = Vec::new();
+    for _ in 0..BLOCKS {
+        code.push(r_type(0, 0, A0, A0, A1)); // add a0, a0, a1
+        code.push(i_type(0x13, 1, A3, A0, 3)); // slli a3, a0, 3
+        code.push(r_type(4, 0, A2, A2, A3)); // xor a2, a2, a3
+        code.push(0x0040_006f); // jal x0, +4
+    }
+    code.push(ECALL);
+    code
+}
+
 fn machine(code: &[u32]) -> (Engine<Rv64>, GuestMemory) {
     let mut mem = GuestMemory::new();
     let bytes: Vec<u8> = code.iter().flat_map(|w| w.to_le_bytes()).collect();
-    mem.map(CODE, 0x1000, Perms::READ | Perms::EXEC)
+    mem.map(CODE, 0x4000, Perms::READ | Perms::EXEC)
         .expect("map code");
     mem.write_initial(CODE, &bytes).expect("write code");
     mem.map(DATA, 0x1000, Perms::READ | Perms::WRITE)
@@ -117,17 +136,47 @@ fn run_once(engine: &mut Engine<Rv64>, mem: &mut GuestMemory) -> u64 {
 }
 
 fn bench_loops(c: &mut Criterion) {
-    let mut group = c.benchmark_group("riscv_interpreter");
-    group.measurement_time(Duration::from_secs(3));
-    for (name, code) in [("alu_loop", alu_loop()), ("memory_loop", memory_loop())] {
-        let (mut engine, mut mem) = machine(&code);
-        // Warm the block cache and learn the instruction count.
-        let insns = run_once(&mut engine, &mut mem);
-        group.throughput(Throughput::Elements(insns));
-        group.bench_function(name, |b| b.iter(|| run_once(&mut engine, &mut mem)));
+    for (group_name, jit) in [
+        ("riscv_interpreter", JitConfig::OFF),
+        ("riscv_jit", JitConfig::on(0)),
+    ] {
+        let mut group = c.benchmark_group(group_name);
+        group.measurement_time(Duration::from_secs(3));
+        for (name, code) in [("alu_loop", alu_loop()), ("memory_loop", memory_loop())] {
+            let (mut engine, mut mem) = machine(&code);
+            engine.set_jit(jit).expect("cranelift supports this host");
+            // Warm the block cache (and compile) and learn the count.
+            let insns = run_once(&mut engine, &mut mem);
+            group.throughput(Throughput::Elements(insns));
+            group.bench_function(name, |b| b.iter(|| run_once(&mut engine, &mut mem)));
+        }
+        group.finish();
+    }
+}
+
+/// Translating and running `BLOCKS` cold blocks once each, interpreted and
+/// compiled before their run: the difference per block is what compiling
+/// one costs (throughput in blocks).
+fn bench_compile(c: &mut Criterion) {
+    let code = straight_blocks();
+    let mut group = c.benchmark_group("riscv_cold_blocks");
+    group.measurement_time(Duration::from_secs(5));
+    group.throughput(Throughput::Elements(BLOCKS as u64));
+    for (name, jit) in [("interpret", JitConfig::OFF), ("compile", JitConfig::on(0))] {
+        group.bench_function(name, |b| {
+            b.iter_batched(
+                || {
+                    let (mut engine, mem) = machine(&code);
+                    engine.set_jit(jit).expect("cranelift supports this host");
+                    (engine, mem)
+                },
+                |(mut engine, mut mem)| run_once(&mut engine, &mut mem),
+                BatchSize::SmallInput,
+            )
+        });
     }
     group.finish();
 }
 
-criterion_group!(benches, bench_loops);
+criterion_group!(benches, bench_loops, bench_compile);
 criterion_main!(benches);

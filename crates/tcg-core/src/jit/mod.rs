@@ -51,7 +51,7 @@ impl JitConfig {
         threshold: 0,
     };
     /// Executions before a block is compiled, by default.
-    pub const DEFAULT_THRESHOLD: u32 = 50;
+    pub const DEFAULT_THRESHOLD: u32 = 1000;
 
     /// Compiling blocks after `threshold` interpreted runs.
     pub fn on(threshold: u32) -> Self {
@@ -390,7 +390,9 @@ impl JitCompiler {
                 break;
             }
         }
-        if lowered == 0 {
+        // A block mostly left to the interpreter (floating point, say)
+        // gains little from compiling and costs its compile time.
+        if lowered * 2 < ops.len() {
             return Ok(false);
         }
         let index = u32::try_from(blocks.compiled.len()).unwrap_or(NOT_COMPILED);
