@@ -91,7 +91,7 @@ pub(crate) enum ExecMode {
     /// ([`Tally::per_insn`]) per instruction and nothing on entry (an inline
     /// instruction counter): the loop batches these adds over consecutive
     /// blocks into one pending count per vCPU, applied before anything on
-    /// the vCPU can look (see `engine::PendingCount`).
+    /// the vCPU can look (see `engine::tally::PendingCount`).
     Count,
     /// Actions before instructions or on block entry, none on memory
     /// accesses: the instrumented loop, running each instruction's
