@@ -12,9 +12,9 @@
 
 use std::time::Duration;
 
+use criterion::BatchSize;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use tcgkit_riscv::{Cpu, Rv64};
-use criterion::BatchSize;
 use tcgkit_tcg_core::{CpuExit, Engine, GuestMemory, JitConfig, Perms};
 
 const CODE: u64 = 0x1_0000;

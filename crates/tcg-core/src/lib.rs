@@ -29,6 +29,11 @@
 //!   and flags), so most block transitions skip even the jump cache.
 //! - An [`EngineEvents`] sink hears of translations, flushes and
 //!   invalidations, only on those slow paths.
+//! - With [`Engine::set_jit`], hot blocks are compiled to host code with
+//!   Cranelift (module [`jit`]): a frontend lowers its ops into a small IR
+//!   ([`Frontend::lower`]) and anything it does not lower runs in the
+//!   interpreter from the compiled code. Compiled code belongs to its
+//!   generation and is freed with it.
 //!
 //! ```
 //! use tcgkit_tcg_core::*;
