@@ -97,6 +97,15 @@ fn guest() -> MemFlagsData {
 /// little-endian memory as the guest's.
 const INLINE_ACCESS: bool = cfg!(target_endian = "little");
 
+/// The Cranelift type of a 1-, 2- or 4-byte guest access.
+fn narrow_type(size: u8) -> ir::Type {
+    match size {
+        1 => I8,
+        2 => ir::types::I16,
+        _ => I32,
+    }
+}
+
 /// In-page offset mask.
 const PAGE_MASK: u64 = (1 << JitTlb::PAGE_SHIFT) - 1;
 
@@ -591,11 +600,7 @@ impl Lowering<'_, '_> {
         let v = match size {
             8 => self.b.ins().load(I64, guest(), host, 0),
             _ => {
-                let ty = match size {
-                    1 => I8,
-                    2 => ir::types::I16,
-                    _ => I32,
-                };
+                let ty = narrow_type(size);
                 let narrow = self.b.ins().load(ty, guest(), host, 0);
                 if signed {
                     self.b.ins().sextend(I64, narrow)
@@ -641,11 +646,7 @@ impl Lowering<'_, '_> {
                 self.b.ins().store(guest(), value, host, 0);
             }
             _ => {
-                let ty = match size {
-                    1 => I8,
-                    2 => ir::types::I16,
-                    _ => I32,
-                };
+                let ty = narrow_type(size);
                 let narrow = self.b.ins().ireduce(ty, value);
                 self.b.ins().store(guest(), narrow, host, 0);
             }
