@@ -86,11 +86,10 @@ mod common;
 use common::{SYSROOT, sysroot_available};
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const QEMU: &str = "qemu-riscv64";
 
@@ -314,7 +313,7 @@ fn execute_with(
             cmd
         }
     };
-    let mut child = cmd
+    let child = cmd
         .args(guest.options)
         .args(plugin_options)
         .args(["-d", "plugin", "-D"])
@@ -330,39 +329,11 @@ fn execute_with(
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start {}: {e}", emulator.name()));
-    let mut stdin = child.stdin.take().expect("piped stdin");
-    let input = guest.stdin;
-    // The guest may exit without reading everything: a broken pipe is fine.
-    let writer = std::thread::spawn(move || {
-        let _ = stdin.write_all(input);
+    let done = common::finish(child, guest.stdin.to_vec(), TIMEOUT, || {
+        format!("{tag}: {}", emulator.name())
     });
-    let mut out_pipe = child.stdout.take().expect("piped stdout");
-    let mut err_pipe = child.stderr.take().expect("piped stderr");
-    let out_reader = std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        let _ = out_pipe.read_to_end(&mut buf);
-        buf
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        let _ = err_pipe.read_to_end(&mut buf);
-        buf
-    });
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for the guest") {
-            break status;
-        }
-        if started.elapsed() > TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{tag}: {} timed out after {TIMEOUT:?}", emulator.name());
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    let _ = writer.join();
-    let stdout = out_reader.join().expect("stdout reader");
-    let stderr = String::from_utf8_lossy(&err_reader.join().expect("stderr reader")).into_owned();
+    let (status, stdout) = (done.status, done.stdout);
+    let stderr = String::from_utf8_lossy(&done.stderr).into_owned();
     let log = std::fs::read(&log)
         .map(|b| String::from_utf8_lossy(&b).into_owned())
         .unwrap_or_default();

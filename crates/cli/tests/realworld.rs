@@ -19,11 +19,10 @@
 mod common;
 use common::{SYSROOT, sysroot_available};
 
-use std::io::{Read, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const QEMU: &str = "qemu-riscv64";
 
@@ -196,7 +195,7 @@ fn execute(case: &Case, build: &Build, runner: &[&str], tag: &str) -> Outcome {
         std::fs::write(dir.join(name), bytes).expect("write an input file");
     }
     let (exe, pre) = runner.split_first().expect("a runner");
-    let mut child = Command::new(exe)
+    let child = Command::new(exe)
         .args(pre)
         .args(build.options)
         .arg(build.program)
@@ -211,42 +210,10 @@ fn execute(case: &Case, build: &Build, runner: &[&str], tag: &str) -> Outcome {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start {exe}: {e}"));
-    let mut stdin = child.stdin.take().expect("piped stdin");
-    let input = case.stdin.clone();
-    // The guest may exit without reading everything: a broken pipe is fine.
-    let writer = std::thread::spawn(move || {
-        let _ = stdin.write_all(&input);
+    let done = common::finish(child, case.stdin.clone(), TIMEOUT, || {
+        format!("{} ({}): {exe}", case.name, build.kind)
     });
-    let mut out_pipe = child.stdout.take().expect("piped stdout");
-    let mut err_pipe = child.stderr.take().expect("piped stderr");
-    let out_reader = std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        let _ = out_pipe.read_to_end(&mut buf);
-        buf
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        let _ = err_pipe.read_to_end(&mut buf);
-        buf
-    });
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for the guest") {
-            break status;
-        }
-        if started.elapsed() > TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "{} ({}): {exe} timed out after {TIMEOUT:?}",
-                case.name, build.kind
-            );
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    let _ = writer.join();
-    let stdout = out_reader.join().expect("stdout reader");
-    let stderr = err_reader.join().expect("stderr reader");
+    let (status, stdout, stderr) = (done.status, done.stdout, done.stderr);
     let files = case
         .outputs
         .iter()
