@@ -74,6 +74,12 @@ pub struct RunArgs {
     /// compiles every block at once; `TCGKIT_JIT_THRESHOLD` says the same).
     #[arg(long, value_name = "N", env = "TCGKIT_JIT_THRESHOLD")]
     jit_threshold: Option<u32>,
+    /// With `--jit on`: compile hot blocks on a background thread while
+    /// they go on running interpreted (`on`, the default unless the
+    /// threshold is 0), or in line before their next run (`off`);
+    /// `TCGKIT_JIT_BACKGROUND` says the same.
+    #[arg(long, value_name = "on|off", env = "TCGKIT_JIT_BACKGROUND", value_parser = parse_switch)]
+    jit_background: Option<bool>,
     #[command(flatten)]
     trace: crate::trace::TraceArgs,
 }
@@ -240,7 +246,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let jit = args.jit.unwrap_or(true);
     if jit {
         let threshold = args.jit_threshold.unwrap_or(JitConfig::DEFAULT_THRESHOLD);
-        if let Err(e) = process.engine_mut().set_jit(JitConfig::on(threshold)) {
+        let mut config = JitConfig::on(threshold);
+        if let Some(background) = args.jit_background {
+            config.background = background;
+        }
+        if let Err(e) = process.engine_mut().set_jit(config) {
             eprintln!("tcgkit: warning: {e}; interpreting only");
         }
     }

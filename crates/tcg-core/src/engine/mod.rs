@@ -115,7 +115,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::cache::{Generation, TbOp};
 use crate::frontend::Frontend;
 use crate::instrument::{InsnInfo, Instrumentation, TbPlan};
-use crate::jit::{JitCompiler, JitConfig, JitError};
+use crate::jit::{JitCompiler, JitConfig, JitError, Start};
 
 pub use inlined::{InlinedCallback, InlinedMemCallback};
 pub use vcpu::{ExitHandle, FlushHandle, Vcpu};
@@ -321,31 +321,50 @@ impl<F: Frontend> Engine<F> {
         self.jit_config
     }
 
-    /// Compiles block `id` of the current generation (it became hot).
+    /// Compiles block `id` of the current generation (it became hot), or
+    /// publishes what the background compiler finished (`start` says
+    /// which). Returns whether block `id` now has code.
     #[cold]
     #[inline(never)]
-    pub(super) fn jit_compile(&mut self, id: u32) {
+    pub(super) fn jit_start(&mut self, id: u32, start: Start) -> bool {
         let Some(compiler) = self.jit.as_mut() else {
-            return;
+            return false;
         };
         let generation = &mut self.current;
+        if start == Start::Waiting {
+            let published = compiler.poll(&mut generation.jit);
+            self.stats.blocks_compiled += published as u64;
+            return published != 0 && generation.jit.code_of(id).is_some();
+        }
         let Some(tb) = generation.tbs.get(id as usize).copied() else {
-            return;
+            return false;
         };
         let Some(ops) = generation
             .ops
             .get(tb.ops_start as usize..tb.ops_end as usize)
         else {
-            return;
+            return false;
         };
         // Nothing whose translation depends on CPU state the code may
         // change jumps straight into other blocks.
         let chain = crate::jit::chain_class(generation, &tb).filter(|_| F::TB_FLAGS_FIXED);
-        match compiler.compile(&self.frontend, id, &tb, ops, chain, &mut generation.jit) {
-            Ok(true) => self.stats.blocks_compiled += 1,
-            Ok(false) => {}
+        let background = self.jit_config.background;
+        match compiler.compile(
+            &self.frontend,
+            id,
+            &tb,
+            ops,
+            chain,
+            background,
+            &mut generation.jit,
+        ) {
+            Ok(true) => {
+                self.stats.blocks_compiled += 1;
+                true
+            }
+            Ok(false) => false,
             // The block stays interpreted; the JIT is not asked again.
-            Err(_) => {}
+            Err(_) => false,
         }
     }
 
@@ -554,7 +573,7 @@ impl<F: Frontend> Engine<F> {
             live_generations: 1 + self.retired.len() as u64,
             current_bytes: self.current.bytes() as u64,
             retired_bytes: self.retired.iter().map(|g| g.bytes() as u64).sum(),
-            compiled_bytes: self.current.jit.compiled_stats().1 as u64,
+            compiled_bytes: self.current.jit.code_bytes() as u64,
             ..self.stats
         }
     }

@@ -20,6 +20,7 @@ use super::vcpu::{EMPTY_JUMP, PENDING_EXIT, Vcpu};
 use crate::cache::{CountTally, ExecMode, NONE};
 use crate::frontend::{CpuExit, Frontend};
 use crate::instrument::Requests;
+use crate::jit::Start;
 use crate::memory::GuestMemory;
 
 impl<F: Frontend> Engine<F> {
@@ -118,18 +119,27 @@ impl<F: Frontend> Engine<F> {
                 self.replan(tb_id);
                 continue;
             }
-            if self.jit_config.enabled
+            let tb = if self.jit_config.enabled
                 && matches!(tb.mode, ExecMode::Plain | ExecMode::Count)
-                && self
-                    .current
-                    .jit
-                    .count_start(tb_id, self.jit_config.threshold)
             {
-                // Hot: compile it, then enter it anew (the same lookup
-                // finds it), compiled.
-                self.jit_compile(tb_id);
-                continue;
-            }
+                match self.current.jit.start(tb_id, self.jit_config.threshold) {
+                    Start::Run => tb,
+                    start => {
+                        // Hot, and compiled now or by the background
+                        // compiler: enter it anew (the same lookup finds
+                        // it), compiled.
+                        if self.jit_start(tb_id, start) {
+                            continue;
+                        }
+                        match self.current.tbs.get(tb_id as usize) {
+                            Some(tb) => tb,
+                            None => continue,
+                        }
+                    }
+                }
+            } else {
+                tb
+            };
             let current = &self.current;
             prev = tb_id;
             blocks += 1;

@@ -2,13 +2,13 @@
 //! freed with the generation (only ever at a quiescent point).
 #![allow(unsafe_code)]
 
-use cranelift_codegen::Context;
-use cranelift_codegen::isa::OwnedTargetIsa;
-use cranelift_frontend::FunctionBuilderContext;
+use cranelift_codegen::ir::Signature;
+use cranelift_codegen::isa::{CallConv, OwnedTargetIsa};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::Module;
 
 use super::JitError;
+use super::codegen::MachineCode;
 use super::runtime::JitCtx;
 
 /// The entry of one compiled block, a function of Cranelift's `tail`
@@ -36,36 +36,31 @@ pub(crate) struct CodeStore {
 }
 
 impl CodeStore {
-    pub(crate) fn new(
-        isa: OwnedTargetIsa,
-        ctx: &mut Context,
-        fctx: &mut FunctionBuilderContext,
-    ) -> Result<Self, JitError> {
-        let builder = JITBuilder::with_isa(isa.clone(), cranelift_module::default_libcall_names());
+    /// A store whose blocks are entered through `trampoline` (the code
+    /// `codegen::build_trampoline` makes).
+    pub(crate) fn new(isa: OwnedTargetIsa, trampoline: &MachineCode) -> Result<Self, JitError> {
+        let builder = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
         let mut store = CodeStore {
             module: Some(JITModule::new(builder)),
             trampoline: 0,
             code_bytes: 0,
         };
-        ctx.clear();
-        super::codegen::build_trampoline(&mut ctx.func, fctx, &*isa);
-        store.trampoline = store.define(ctx)?.0;
-        ctx.clear();
+        store.trampoline = store.define(trampoline)?.0;
         Ok(store)
     }
 
-    /// Defines the function in `ctx` and makes it executable.
-    pub(crate) fn define(&mut self, ctx: &mut Context) -> Result<CodePtr, JitError> {
+    /// Copies `code` in and makes it executable.
+    pub(crate) fn define(&mut self, code: &MachineCode) -> Result<CodePtr, JitError> {
         let module = self.module.as_mut().ok_or(JitError::Freed)?;
+        // The declared signature is only used by calls between functions
+        // of the module, which the code never makes.
         let id = module
-            .declare_anonymous_function(&ctx.func.signature)
+            .declare_anonymous_function(&Signature::new(CallConv::Tail))
             .map_err(|e| JitError::Module(e.to_string()))?;
         module
-            .define_function(id, ctx)
+            .define_function_bytes(id, code.align, &code.bytes, &[])
             .map_err(|e| JitError::Module(format!("{e:?}")))?;
-        if let Some(code) = ctx.compiled_code() {
-            self.code_bytes += code.code_buffer().len();
-        }
+        self.code_bytes += code.bytes.len();
         module
             .finalize_definitions()
             .map_err(|e| JitError::Module(e.to_string()))?;

@@ -7,6 +7,8 @@
 //! (which reads and writes the register file itself). The code is one
 //! straight line; every way out is a side exit.
 
+use cranelift_codegen::Context;
+use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::ir::{
     self, AbiParam, InstBuilder, MemFlagsData, Signature, condcodes::IntCC, types::I8, types::I32,
     types::I64,
@@ -14,6 +16,7 @@ use cranelift_codegen::ir::{
 use cranelift_codegen::isa::{CallConv, TargetIsa};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 
+use super::JitError;
 use super::ir::{BinOp, Cond, Inst, IrBuilder, UnOp, Value};
 use super::runtime::{
     CHAIN_BUDGET, Helpers, OFF_BUDGET, OFF_EXECUTED, OFF_EXIT_LEN, OFF_REGS, OFF_STATUS,
@@ -21,13 +24,44 @@ use super::runtime::{
 };
 use crate::memory::JitTlb;
 
-/// What the generated code needs besides the IR.
-pub(crate) struct BlockSource<'a> {
-    pub ir: &'a IrBuilder,
+/// One function's machine code, not yet in executable memory (see
+/// `code.rs`): made on whichever thread compiles, copied in by the
+/// vCPU loop's thread.
+pub(crate) struct MachineCode {
+    pub bytes: Vec<u8>,
+    /// The alignment the code needs.
+    pub align: u64,
+}
+
+/// Compiles the function built in `ctx` (and clears `ctx`). The code must
+/// need no relocation: everything it calls or reads is an absolute
+/// address in an immediate.
+pub(crate) fn emit(ctx: &mut Context, isa: &dyn TargetIsa) -> Result<MachineCode, JitError> {
+    let code = ctx
+        .compile(isa, &mut ControlPlane::default())
+        .map_err(|e| JitError::Module(e.inner.to_string()))?;
+    if !code.buffer.relocs().is_empty() {
+        return Err(JitError::Module(
+            "generated code needs relocations".to_owned(),
+        ));
+    }
+    let machine = MachineCode {
+        bytes: code.code_buffer().to_vec(),
+        align: u64::from(code.buffer.alignment),
+    };
+    ctx.clear();
+    Ok(machine)
+}
+
+/// What the generated code is made from: the block's IR and where the
+/// host things it refers to live. Owned, so that it can be sent to the
+/// background compiler.
+pub(crate) struct BlockSource {
+    pub ir: IrBuilder,
     /// Host address of the block's copy of its ops, and the size of one.
     pub ops_addr: usize,
     pub op_size: usize,
-    pub helpers: &'a Helpers,
+    pub helpers: Helpers,
     /// The pc after the block's last instruction.
     pub fallthrough: u64,
     /// Chaining: the host address of the block's two chain cells
@@ -69,7 +103,7 @@ struct Lowering<'f, 'c> {
     index: u32,
     pc: u64,
     len: u8,
-    src: &'c BlockSource<'c>,
+    src: &'c BlockSource,
     /// Signatures of the helpers, imported once.
     sig_load: ir::SigRef,
     sig_store: ir::SigRef,
@@ -159,7 +193,7 @@ pub(crate) fn build(
     func: &mut ir::Function,
     fctx: &mut FunctionBuilderContext,
     isa: &dyn TargetIsa,
-    src: &BlockSource<'_>,
+    src: &BlockSource,
 ) {
     let call_conv = CallConv::triple_default(isa.triple());
     func.signature = block_signature();

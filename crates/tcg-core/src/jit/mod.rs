@@ -9,6 +9,10 @@
 //! the generation and its memory is freed only when the generation is
 //! reclaimed, once every vCPU has passed a quiescent point.
 //!
+//! A block becomes hot after [`JitConfig::threshold`] interpreted runs and
+//! is compiled on a background thread (`worker.rs`) while it goes on
+//! running in the interpreter, or in line with `background` off.
+//!
 //! Only uninstrumented blocks (and those whose only instrumentation is an
 //! inline instruction counter, applied by the loop) are compiled today;
 //! instrumented ones stay in the interpreter.
@@ -17,6 +21,7 @@ mod code;
 mod codegen;
 mod ir;
 mod runtime;
+mod worker;
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
@@ -31,8 +36,10 @@ use crate::cache::{CountTally, ExecMode, Generation, NONE, TbHeader, TbOp};
 use crate::frontend::Frontend;
 use crate::memory::GuestMemory;
 use code::{CodePtr, CodeStore};
+use codegen::MachineCode;
 pub(crate) use runtime::CompiledEnd;
 use runtime::Helpers;
+use worker::{Done, Job, Worker};
 
 /// Whether and when the engine compiles blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,6 +49,10 @@ pub struct JitConfig {
     /// A block is compiled when it starts running for the
     /// `threshold + 1`-th time; 0 compiles every block on its first run.
     pub threshold: u32,
+    /// Compile on a background thread while the block goes on running in
+    /// the interpreter; off, the vCPU compiles a hot block itself before
+    /// running it again (deterministic: what tests of the code use).
+    pub background: bool,
 }
 
 impl JitConfig {
@@ -49,15 +60,19 @@ impl JitConfig {
     pub const OFF: JitConfig = JitConfig {
         enabled: false,
         threshold: 0,
+        background: false,
     };
     /// Executions before a block is compiled, by default.
     pub const DEFAULT_THRESHOLD: u32 = 1000;
 
-    /// Compiling blocks after `threshold` interpreted runs.
+    /// Compiling blocks after `threshold` interpreted runs, in the
+    /// background; a threshold of 0 compiles every block in line, before
+    /// its first run.
     pub fn on(threshold: u32) -> Self {
         JitConfig {
             enabled: true,
             threshold,
+            background: threshold > 0,
         }
     }
 }
@@ -85,7 +100,10 @@ pub enum JitError {
 /// One compiled block: its code, the copy of its ops the code's
 /// interpreter calls point into, and its chain cells.
 struct Compiled<Op> {
-    code: CodePtr,
+    /// `None` while the background compiler has it (or if it failed).
+    code: Option<CodePtr>,
+    /// With the background compiler.
+    pending: bool,
     /// Referenced by address from the code; boxed so it never moves.
     _ops: Box<[Op]>,
     /// The blocks this one jumps straight into (see `codegen::BlockSource::chain`),
@@ -96,6 +114,8 @@ struct Compiled<Op> {
     /// The blocks it jumps into straight; `None`: it always returns to
     /// the loop.
     class: Option<ChainClass>,
+    /// Register slots its code uses.
+    regs_used: u32,
 }
 
 /// One entry of the indirect-jump table: a guest pc and the code of the
@@ -115,6 +135,9 @@ const EMPTY_PC: u64 = u64::MAX;
 /// The compiled code of one cache generation and, per block id, how often
 /// the block started in the interpreter.
 pub(crate) struct JitBlocks<Op> {
+    /// Unique among all `JitBlocks` ever made or cleared: a background
+    /// result names the instance that asked for it.
+    instance: u64,
     store: Option<CodeStore>,
     /// Indirect jumps (returns, calls through pointers): guest pc ->
     /// compiled block, direct mapped by pc, probed inline by compiled code
@@ -132,6 +155,7 @@ pub(crate) struct JitBlocks<Op> {
 impl<Op> Default for JitBlocks<Op> {
     fn default() -> Self {
         JitBlocks {
+            instance: next_instance(),
             store: None,
             jumps: (0..JUMP_SLOTS)
                 .map(|_| JumpSlot {
@@ -150,9 +174,26 @@ impl<Op> Default for JitBlocks<Op> {
 /// Marks a block that is not worth compiling (nothing lowered) or failed.
 const NOT_COMPILED: u32 = NONE - 1;
 
+fn next_instance() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// What the vCPU loop does about a block it is about to interpret.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Start {
+    /// Run it (compiled if it has code).
+    Run,
+    /// It just became hot: compile it.
+    Compile,
+    /// Hot and with the background compiler: see whether code came back.
+    Waiting,
+}
+
 impl<Op: Copy> JitBlocks<Op> {
     /// Frees the code (the generation is being reclaimed or recycled).
     pub(crate) fn clear(&mut self) {
+        self.instance = next_instance();
         self.forget_jumps();
         self.compiled.clear();
         self.store = None;
@@ -165,24 +206,31 @@ impl<Op: Copy> JitBlocks<Op> {
     #[inline(always)]
     fn compiled(&self, id: u32) -> Option<&Compiled<Op>> {
         let i = *self.code.get(id as usize)?;
-        self.compiled.get(i as usize)
+        self.compiled.get(i as usize).filter(|c| c.code.is_some())
     }
 
-    /// Counts a start of block `id` in the interpreter; true once the block
-    /// should be compiled.
+    /// Counts a start of block `id` in the interpreter, and says whether
+    /// it should now be compiled.
     #[inline(always)]
-    pub(crate) fn count_start(&self, id: u32, threshold: u32) -> bool {
+    pub(crate) fn start(&self, id: u32, threshold: u32) -> Start {
         match self.hits.get(id as usize) {
             Some(h) => {
                 let n = h.load(Ordering::Relaxed);
                 if n >= threshold {
-                    return self.code.get(id as usize) == Some(&NONE);
+                    return match self.code.get(id as usize) {
+                        Some(&NONE) => Start::Compile,
+                        Some(&i) => match self.compiled.get(i as usize) {
+                            Some(c) if c.code.is_none() && c.pending => Start::Waiting,
+                            _ => Start::Run,
+                        },
+                        None => Start::Run,
+                    };
                 }
                 h.store(n + 1, Ordering::Relaxed);
-                false
+                Start::Run
             }
             // Translated while the JIT was off.
-            None => false,
+            None => Start::Run,
         }
     }
 
@@ -216,11 +264,11 @@ impl<Op: Copy> JitBlocks<Op> {
             return;
         };
         let (i, cell) = ((n >> 1) as usize, (n & 1) as usize);
-        let Some(to) = self.compiled(target) else {
+        let Some(to) = self.code_of(target) else {
             return;
         };
         if let Some(cell) = self.compiled.get(i).and_then(|c| c.cells.get(cell)) {
-            cell.store(to.code.addr(), Ordering::Release);
+            cell.store(to, Ordering::Release);
         }
     }
 
@@ -249,15 +297,12 @@ impl<Op: Copy> JitBlocks<Op> {
 
     /// The code of block `id`, if compiled.
     pub(crate) fn code_of(&self, id: u32) -> Option<usize> {
-        self.compiled(id).map(|c| c.code.addr())
+        self.compiled(id).and_then(|c| c.code).map(CodePtr::addr)
     }
 
-    /// How many blocks have code, and its size in bytes.
-    pub(crate) fn compiled_stats(&self) -> (usize, usize) {
-        (
-            self.compiled.len(),
-            self.store.as_ref().map_or(0, |s| s.code_bytes),
-        )
+    /// Size in bytes of the code.
+    pub(crate) fn code_bytes(&self) -> usize {
+        self.store.as_ref().map_or(0, |s| s.code_bytes)
     }
 }
 
@@ -295,6 +340,7 @@ pub(crate) fn run<F: Frontend>(
 ) -> Option<CompiledEnd> {
     let blocks = &generation.jit;
     let c = blocks.compiled(id)?;
+    let code = c.code?;
     if let Some(class) = c.class {
         // Compiled to jump into blocks of this class only: not while the
         // block is of another (its plan changed since).
@@ -304,7 +350,7 @@ pub(crate) fn run<F: Frontend>(
         }
     }
     let store = blocks.store.as_ref()?;
-    runtime::run::<F>(generation, store, &c.code, blocks.regs_used, cpu, mem)
+    runtime::run::<F>(generation, store, &code, blocks.regs_used, cpu, mem)
 }
 
 /// Compiles blocks; one per engine, reused for every block.
@@ -313,7 +359,10 @@ pub(crate) struct JitCompiler {
     helpers: Helpers,
     ctx: Context,
     fctx: FunctionBuilderContext,
-    ir: IrBuilder,
+    /// The code every store starts with (see `codegen::build_trampoline`).
+    trampoline: MachineCode,
+    /// Started on the first background compile.
+    worker: Option<Worker>,
 }
 
 impl JitCompiler {
@@ -345,18 +394,26 @@ impl JitCompiler {
             .map_err(|e| JitError::UnsupportedHost(e.to_string()))?
             .finish(settings::Flags::new(flags))
             .map_err(|e| JitError::UnsupportedHost(e.to_string()))?;
+        let mut ctx = Context::new();
+        let mut fctx = FunctionBuilderContext::new();
+        codegen::build_trampoline(&mut ctx.func, &mut fctx, &*isa);
+        let trampoline = codegen::emit(&mut ctx, &*isa)?;
         Ok(JitCompiler {
             isa,
             helpers: Helpers::for_frontend::<F>(),
-            ctx: Context::new(),
-            fctx: FunctionBuilderContext::new(),
-            ir: IrBuilder::new(),
+            ctx,
+            fctx,
+            trampoline,
+            worker: None,
         })
     }
 
     /// Compiles block `id` (`tb`, its `ops`) into `blocks`, with chain
-    /// exits into blocks of class `chain` if given. Returns whether it now has code; a block of which
-    /// nothing lowers is left to the interpreter.
+    /// exits into blocks of class `chain` if given: at once, or with
+    /// `background` on the compiler thread (see [`JitCompiler::poll`]).
+    /// Returns whether the block has code now; a block of which little
+    /// lowers is left to the interpreter.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn compile<F: Frontend>(
         &mut self,
         frontend: &F,
@@ -364,6 +421,7 @@ impl JitCompiler {
         tb: &TbHeader,
         ops: &[TbOp<F::Op>],
         chain: Option<ChainClass>,
+        background: bool,
         blocks: &mut JitBlocks<F::Op>,
     ) -> Result<bool, JitError> {
         blocks.ensure(id);
@@ -375,18 +433,18 @@ impl JitCompiler {
         if let Some(c) = blocks.code.get_mut(slot) {
             *c = NOT_COMPILED;
         }
-        self.ir = IrBuilder::new();
+        let mut ir = IrBuilder::new();
         let mut lowered = 0usize;
         let last = ops.len().saturating_sub(1);
         for (i, op) in ops.iter().enumerate() {
             let pc = tb.pc.wrapping_add(u64::from(op.offset));
-            self.ir.begin(i as u32, pc, op.len);
-            if frontend.lower(&op.op, &mut self.ir) {
+            ir.begin(i as u32, pc, op.len);
+            if frontend.lower(&op.op, &mut ir) {
                 lowered += 1;
             } else {
-                self.ir.interpret_current(i == last);
+                ir.interpret_current(i == last);
             }
-            if self.ir.ended {
+            if ir.ended {
                 break;
             }
         }
@@ -395,18 +453,16 @@ impl JitCompiler {
         if lowered * 2 < ops.len() {
             return Ok(false);
         }
-        let index = u32::try_from(blocks.compiled.len()).unwrap_or(NOT_COMPILED);
-        if blocks.store.is_none() {
-            let store = CodeStore::new(self.isa.clone(), &mut self.ctx, &mut self.fctx)?;
-            blocks.store = Some(store);
-        }
+        let Ok(index) = u32::try_from(blocks.compiled.len()) else {
+            return Ok(false);
+        };
         let boxed: Box<[F::Op]> = ops.iter().map(|o| o.op).collect();
         let cells: Box<[AtomicUsize; 2]> = Box::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
         let src = codegen::BlockSource {
-            ir: &self.ir,
+            ir,
             ops_addr: boxed.as_ptr() as usize,
             op_size: std::mem::size_of::<F::Op>(),
-            helpers: &self.helpers,
+            helpers: self.helpers,
             fallthrough: tb.pc.wrapping_add(u64::from(tb.size)),
             chain: chain.map(|_| (cells.as_ptr() as usize, u64::from(index) * 2 + 1)),
             jumps: chain.map(|class| {
@@ -416,25 +472,100 @@ impl JitCompiler {
                 )
             }),
         };
-        self.ctx.clear();
-        codegen::build(&mut self.ctx.func, &mut self.fctx, &*self.isa, &src);
-        let regs_used = self.ir.regs_used;
-        let Some(store) = blocks.store.as_mut() else {
-            return Err(JitError::Freed);
-        };
-        let code = store.define(&mut self.ctx)?;
-        self.ctx.clear();
-        blocks.regs_used = blocks.regs_used.max(regs_used);
+        let regs_used = src.ir.regs_used;
         blocks.compiled.push(Compiled {
-            code,
+            code: None,
+            pending: true,
             _ops: boxed,
             cells,
             tb: id,
             class: chain,
+            regs_used,
         });
         if let Some(c) = blocks.code.get_mut(slot) {
             *c = index;
         }
-        Ok(true)
+        let src = if background {
+            let job = Job {
+                instance: blocks.instance,
+                index,
+                src,
+            };
+            match self.background().send(job) {
+                None => return Ok(false),
+                // No compiler thread: compile it here.
+                Some(job) => job.src,
+            }
+        } else {
+            src
+        };
+        self.ctx.clear();
+        codegen::build(&mut self.ctx.func, &mut self.fctx, &*self.isa, &src);
+        let code = codegen::emit(&mut self.ctx, &*self.isa);
+        self.publish(blocks, index, code)
+    }
+
+    /// The compiler thread, started if it was not.
+    fn background(&mut self) -> &mut Worker {
+        let isa = &self.isa;
+        self.worker
+            .get_or_insert_with(|| Worker::spawn(isa.clone()).unwrap_or_else(|_| Worker::dead()))
+    }
+
+    /// Publishes what the compiler thread finished for `blocks` (results
+    /// for other instances are dropped: their generation was cleared).
+    /// Returns how many blocks got code.
+    pub(crate) fn poll<Op: Copy>(&mut self, blocks: &mut JitBlocks<Op>) -> usize {
+        let mut published = 0;
+        while let Some(Done {
+            instance,
+            index,
+            code,
+        }) = self.worker.as_mut().and_then(Worker::try_recv)
+        {
+            if instance == blocks.instance && matches!(self.publish(blocks, index, code), Ok(true))
+            {
+                published += 1;
+            }
+        }
+        published
+    }
+
+    /// Copies compiled block `index`'s code into `blocks`' store, making
+    /// it the block's code; a failure leaves the block interpreted.
+    fn publish<Op: Copy>(
+        &mut self,
+        blocks: &mut JitBlocks<Op>,
+        index: u32,
+        code: Result<MachineCode, JitError>,
+    ) -> Result<bool, JitError> {
+        let Some(entry) = blocks.compiled.get_mut(index as usize) else {
+            return Ok(false);
+        };
+        entry.pending = false;
+        let tb = entry.tb as usize;
+        let placed = code.and_then(|code| {
+            if blocks.store.is_none() {
+                blocks.store = Some(CodeStore::new(self.isa.clone(), &self.trampoline)?);
+            }
+            blocks.store.as_mut().ok_or(JitError::Freed)?.define(&code)
+        });
+        let entry = blocks.compiled.get_mut(index as usize);
+        match (placed, entry) {
+            (Ok(ptr), Some(entry)) => {
+                // Before the code is reachable: `run` checks the register
+                // file against it.
+                blocks.regs_used = blocks.regs_used.max(entry.regs_used);
+                entry.code = Some(ptr);
+                Ok(true)
+            }
+            (Err(e), _) => {
+                if let Some(c) = blocks.code.get_mut(tb) {
+                    *c = NOT_COMPILED;
+                }
+                Err(e)
+            }
+            (Ok(_), None) => Ok(false),
+        }
     }
 }
