@@ -11,6 +11,7 @@ mod engine;
 mod float;
 mod integer;
 mod jit;
+mod jit_instrumented;
 
 use tcgkit_tcg_core::{CpuExit, Flow, Frontend, GuestMemory, Perms};
 

@@ -305,7 +305,13 @@ impl MemActions<'_> {
     /// Runs the actions whose filter selects the access `info` made by the
     /// instruction at `pc` on `vcpu`; returns what their callbacks requested.
     #[inline]
-    fn run(&self, vcpu: u32, pc: u64, mem: &mut GuestMemory, info: &MemAccessInfo) -> Requests {
+    pub(super) fn run(
+        &self,
+        vcpu: u32,
+        pc: u64,
+        mem: &mut GuestMemory,
+        info: &MemAccessInfo,
+    ) -> Requests {
         let mut requests = Requests::default();
         for action in self.actions {
             if !action.filter.matches(info.is_store) {

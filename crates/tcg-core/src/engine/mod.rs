@@ -99,6 +99,7 @@
 mod access;
 mod call_each;
 mod inlined;
+pub(crate) mod jit_hooks;
 mod lookup;
 mod mem_each;
 mod plain;
@@ -331,10 +332,17 @@ impl<F: Frontend> Engine<F> {
             return false;
         };
         let generation = &mut self.current;
-        if start == Start::Waiting {
-            let published = compiler.poll(&mut generation.jit);
-            self.stats.blocks_compiled += published as u64;
-            return published != 0 && generation.jit.code_of(id).is_some();
+        match start {
+            Start::Waiting => {
+                let published = compiler.poll(&mut generation.jit);
+                self.stats.blocks_compiled += published as u64;
+                return published != 0 && crate::jit::code_of(generation, id).is_some();
+            }
+            Start::Stale => {
+                generation.jit.forget(id);
+                return false;
+            }
+            Start::Compile | Start::Run => {}
         }
         let Some(tb) = generation.tbs.get(id as usize).copied() else {
             return false;
@@ -348,15 +356,22 @@ impl<F: Frontend> Engine<F> {
         // Nothing whose translation depends on CPU state the code may
         // change jumps straight into other blocks.
         let chain = crate::jit::chain_class(generation, &tb).filter(|_| F::TB_FLAGS_FIXED);
+        let plan = crate::jit::plan_code(generation, &tb);
+        if tb.mode.instrumented() && plan.is_none() {
+            // Unreachable: an instrumented block's plan is in the arrays.
+            return false;
+        }
         let background = self.jit_config.background;
+        let blocks = &mut generation.jit;
         match compiler.compile(
             &self.frontend,
             id,
             &tb,
             ops,
             chain,
+            plan,
             background,
-            &mut generation.jit,
+            blocks,
         ) {
             Ok(true) => {
                 self.stats.blocks_compiled += 1;

@@ -15,7 +15,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::Engine;
-use super::plain::BlockEnd;
 use super::vcpu::{EMPTY_JUMP, PENDING_EXIT, Vcpu};
 use crate::cache::{CountTally, ExecMode, NONE};
 use crate::frontend::{CpuExit, Frontend};
@@ -74,7 +73,7 @@ impl<F: Frontend> Engine<F> {
         // `JitBlocks::link`), linked to the next block if that is compiled.
         let mut unlinked = 0u64;
         let mut unlinked_in = (0u64, 0u32);
-        let mut unlinked_class = None;
+        let mut unlinked_class = 0u64;
         let mut jit_blocks = 0u64;
         let mut jit_entries = 0u64;
         let exit = loop {
@@ -119,10 +118,8 @@ impl<F: Frontend> Engine<F> {
                 self.replan(tb_id);
                 continue;
             }
-            let tb = if self.jit_config.enabled
-                && matches!(tb.mode, ExecMode::Plain | ExecMode::Count)
-            {
-                match self.current.jit.start(tb_id, self.jit_config.threshold) {
+            let tb = if self.jit_config.enabled {
+                match crate::jit::start(&self.current, tb_id, self.jit_config.threshold) {
                     Start::Run => tb,
                     start => {
                         // Hot, and compiled now or by the background
@@ -143,56 +140,79 @@ impl<F: Frontend> Engine<F> {
             let current = &self.current;
             prev = tb_id;
             blocks += 1;
-            // Two copies of the block epilogue: the plain one (also used by
-            // blocks whose only instrumentation is an inline instruction
-            // counter, batched across blocks) has no callback requests to
-            // look at. Other blocks of inline adds only run out of line,
-            // in runs (`exec_tally_run`).
-            if matches!(tb.mode, ExecMode::Plain | ExecMode::Count) {
-                let compiled = if self.jit_config.enabled {
-                    if unlinked != 0 {
-                        // The compiled block before this one left through
-                        // an empty chain cell towards this one, in this
-                        // generation and plan version.
-                        if crate::jit::chain_class(current, tb) == unlinked_class
-                            && unlinked_in == (current.id, current.plan_version)
-                        {
-                            current.jit.link(unlinked, tb_id);
+            if self.jit_config.enabled {
+                if unlinked != 0 {
+                    // The compiled block before this one left through an
+                    // empty chain cell towards this one, in this generation
+                    // and plan version.
+                    if unlinked_in == (current.id, current.plan_version)
+                        && crate::jit::may_link_bits(current, unlinked_class, tb)
+                        && let Some(code) = crate::jit::code_of(current, tb_id)
+                    {
+                        current.jit.link(unlinked, code);
+                    }
+                    unlinked = 0;
+                }
+                if tb.mode != ExecMode::Count {
+                    // Callbacks (of this block or one it jumps into) may
+                    // read the scoreboards.
+                    self.pending_count.settle(current);
+                }
+                let pending = &self.signals.pending;
+                if let Some(c) = crate::jit::run::<F>(current, tb_id, vcpu.index, pending, cpu, mem)
+                {
+                    jit_blocks += c.blocks;
+                    jit_entries += 1;
+                    blocks += c.blocks.saturating_sub(1);
+                    if c.exit.is_none() {
+                        unlinked = c.unlinked;
+                        unlinked_in = (current.id, current.plan_version);
+                        unlinked_class =
+                            crate::jit::chain_class(current, tb).map_or(0, |c| c as u64);
+                    }
+                    if c.blocks > 1 {
+                        prev = current.jit.unlinked_from(c.unlinked).unwrap_or(NONE);
+                    }
+                    let executed = u32::try_from(c.executed).unwrap_or(u32::MAX);
+                    if tb.mode == ExecMode::Count {
+                        if let CountTally::Shared { .. } = current.count_tally {
+                            self.pending_count.add_shared(current, vcpu.index, executed)
+                        } else {
+                            self.pending_count.add(current, tb, vcpu.index, executed)
                         }
+                    }
+                    insns += c.executed;
+                    pc = c.pc;
+                    let exit = match c.exit {
+                        Some(exit) => {
+                            let end = Self::exit_at(exit, c.pc, c.len, executed, c.requests);
+                            pc = end.next_pc;
+                            end.exit
+                        }
+                        None => None,
+                    };
+                    if c.requests.any() {
                         unlinked = 0;
+                        self.block_requests(vcpu, c.requests);
                     }
-                    crate::jit::run::<F>(current, tb_id, cpu, mem)
-                } else {
-                    None
-                };
-                let end = match compiled {
-                    Some(c) => {
-                        jit_blocks += c.blocks;
-                        jit_entries += 1;
-                        blocks += c.blocks.saturating_sub(1);
-                        if c.exit.is_none() {
-                            unlinked = c.unlinked;
-                            unlinked_in = (current.id, current.plan_version);
-                            unlinked_class = crate::jit::chain_class(current, tb);
+                    match exit {
+                        None => {}
+                        Some(CpuExit::FlushCode) => {
+                            unlinked = 0;
+                            self.flush()
                         }
-                        if c.blocks > 1 {
-                            prev = current.jit.unlinked_from(c.unlinked).unwrap_or(NONE);
-                        }
-                        let executed = u32::try_from(c.executed).unwrap_or(u32::MAX);
-                        match c.exit {
-                            Some(exit) => {
-                                Self::exit_at(exit, c.pc, c.len, executed, Requests::default())
-                            }
-                            None => BlockEnd {
-                                next_pc: c.pc,
-                                executed,
-                                exit: None,
-                                requests: Requests::default(),
-                            },
-                        }
+                        Some(exit) => break exit,
                     }
-                    None => Self::exec_plain(current, tb, cpu, mem),
-                };
+                    continue;
+                }
+            }
+            // Interpreted. Two copies of the block epilogue: the plain one
+            // (also used by blocks whose only instrumentation is an inline
+            // instruction counter, batched across blocks) has no callback
+            // requests to look at. Other blocks of inline adds only run out
+            // of line, in runs (`exec_tally_run`).
+            if matches!(tb.mode, ExecMode::Plain | ExecMode::Count) {
+                let end = Self::exec_plain(current, tb, cpu, mem);
                 if tb.mode == ExecMode::Count {
                     if let CountTally::Shared { .. } = current.count_tally {
                         self.pending_count

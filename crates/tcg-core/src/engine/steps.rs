@@ -274,7 +274,7 @@ impl<F: Frontend> Engine<F> {
     /// Runs the actions of `hook` (before the instruction at `pc`, or on
     /// block entry); returns whether a callback ran.
     #[inline(always)]
-    fn run_actions(
+    pub(super) fn run_actions(
         generation: &Generation<F::Op>,
         hook: &InsnHook,
         vcpu: u32,

@@ -174,6 +174,12 @@ impl Scoreboard {
             }
         }
     }
+    /// The address of the first cell, the cells per row and the rows that
+    /// exist: what compiled code adds to a cell through (`jit::codegen`).
+    pub(crate) fn layout(&self) -> (usize, usize, usize) {
+        let rows = self.cells.len().checked_div(self.slots).unwrap_or(0);
+        (self.cells.as_ptr() as usize, self.slots, rows)
+    }
     #[inline(always)]
     pub(crate) fn apply(&self, vcpu: u32, slot: usize, op: InlineKind) {
         if let Some(c) = self.cell(vcpu, slot) {

@@ -19,10 +19,13 @@ use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use super::JitError;
 use super::ir::{BinOp, Cond, Inst, IrBuilder, UnOp, Value};
 use super::runtime::{
-    CHAIN_BUDGET, Helpers, OFF_BUDGET, OFF_EXECUTED, OFF_EXIT_LEN, OFF_REGS, OFF_STATUS,
-    OFF_TLB_READ, OFF_TLB_WRITE, OFF_UNLINKED, size_index,
+    CHAIN_BUDGET, Helpers, MEM_SIGNED, MEM_STORE, OFF_BUDGET, OFF_EXECUTED, OFF_EXIT_LEN, OFF_REGS,
+    OFF_STATUS, OFF_TLB_READ, OFF_TLB_WRITE, OFF_UNLINKED, OFF_VCPU, size_index,
 };
 use crate::memory::JitTlb;
+
+mod plan;
+pub(crate) use plan::{HookUse, PlanCode, TallyCode};
 
 /// One function's machine code, not yet in executable memory (see
 /// `code.rs`): made on whichever thread compiles, copied in by the
@@ -76,6 +79,8 @@ pub(crate) struct BlockSource {
     /// into) and, from bit 32, its chain class. `None`: indirect jumps
     /// return to the vCPU loop.
     pub jumps: Option<(usize, u64)>,
+    /// The instrumentation compiled in, if any.
+    pub plan: Option<PlanCode>,
 }
 
 /// A guest register slot's state at the current point of the straight
@@ -113,6 +118,14 @@ struct Lowering<'f, 'c> {
     /// The pc the interpreter returned for the last instruction, if that
     /// is how the block ends.
     interpreted_next: Option<ir::Value>,
+    sig_hook: ir::SigRef,
+    sig_mem_hook: ir::SigRef,
+    sig_interpret_watched: ir::SigRef,
+    /// The executing vCPU's index, if the plan needs it.
+    vcpu: Option<ir::Value>,
+    /// A callback ran for the current instruction: the block may have to
+    /// be left once it is complete.
+    insn_calls: bool,
 }
 
 /// Flags for the context and register-file accesses: aligned, never
@@ -220,6 +233,14 @@ pub(crate) fn build(
     let sig_interpret = b.import_signature(helper_sig(&[I64, I64, I64, I64], Some(I64)));
     let sig_lookup = b.import_signature(helper_sig(&[I64, I64, I64], Some(I64)));
     let sig_block = b.import_signature(block_signature());
+    let sig_hook = b.import_signature(helper_sig(&[I64, I64, I64], None));
+    let sig_mem_hook = b.import_signature(helper_sig(&[I64; 6], None));
+    let sig_interpret_watched = b.import_signature(helper_sig(&[I64; 5], Some(I64)));
+    let vcpu = src
+        .plan
+        .as_ref()
+        .filter(|p| !p.tallies.is_empty())
+        .map(|_| b.ins().load(I64, trusted(), ctx, OFF_VCPU));
 
     let regs = b.declare_var(I64);
     let base = b.ins().load(I64, trusted(), ctx, OFF_REGS);
@@ -243,6 +264,11 @@ pub(crate) fn build(
         sig_block,
         sig_lookup,
         interpreted_next: None,
+        sig_hook,
+        sig_mem_hook,
+        sig_interpret_watched,
+        vcpu,
+        insn_calls: false,
     };
     let mut ended = false;
     for (i, inst) in src.ir.insts.iter().enumerate() {
@@ -337,6 +363,7 @@ impl Lowering<'_, '_> {
     /// instruction count with this block's `executed` ones.
     fn finish_block(&mut self, executed: u32) -> ir::Value {
         self.write_back(false);
+        self.add_tallies(executed);
         self.b.ins().iadd_imm_s(self.executed, i64::from(executed))
     }
 
@@ -379,7 +406,7 @@ impl Lowering<'_, '_> {
         let cell_addr = self.b.ins().iconst(I64, cell_addr as i64);
         let target = self.b.ins().atomic_load(I64, trusted(), cell_addr);
         let linked = self.b.ins().icmp_imm_s(IntCC::NotEqual, target, 0);
-        let allowed = self.b.ins().icmp_imm_s(IntCC::NotEqual, self.budget, 0);
+        let allowed = self.may_chain();
         let go = self.b.ins().band(linked, allowed);
         let chain = self.b.create_block();
         let back = self.b.create_block();
@@ -408,7 +435,7 @@ impl Lowering<'_, '_> {
             return self.leave(executed, target);
         };
         let total = self.finish_block(executed);
-        let allowed = self.b.ins().icmp_imm_s(IntCC::NotEqual, self.budget, 0);
+        let allowed = self.may_chain();
         let probe = self.b.create_block();
         let back = self.b.create_block();
         self.b.ins().brif(allowed, probe, &[], back, &[]);
@@ -489,10 +516,21 @@ impl Lowering<'_, '_> {
     fn lower(&mut self, inst: Inst) -> Option<ir::Value> {
         let v = match inst {
             Inst::Begin { index, pc, len } => {
+                // The previous instruction is complete.
+                self.leave_if_asked(index, pc);
                 self.index = index;
                 self.pc = pc;
                 self.len = len;
                 self.interpreted_next = None;
+                if let Some(plan) = &self.src.plan {
+                    let (hooks, entry) = (plan.hooks, plan.entry);
+                    if index == 0 && entry.exec {
+                        self.call_hook(hooks, entry.exec_calls);
+                    }
+                    if let Some((hook, used)) = self.hook_use(index).filter(|(_, u)| u.exec) {
+                        self.call_hook(hook, used.exec_calls);
+                    }
+                }
                 return None;
             }
             Inst::Const(c) => self.b.ins().iconst(I64, c as i64),
@@ -615,10 +653,13 @@ impl Lowering<'_, '_> {
 
     fn load(&mut self, addr: ir::Value, size: u8, signed: bool) -> ir::Value {
         let f = self.src.helpers.load[size_index(size)][usize::from(signed)];
+        let kind = u64::from(size) | if signed { MEM_SIGNED } else { 0 };
         if !INLINE_ACCESS {
             let v = self.helper(f, self.sig_load, &[self.ctx, addr]);
             self.exit_if_status();
-            return v.unwrap_or_else(|| self.b.ins().iconst(I64, 0));
+            let v = v.unwrap_or_else(|| self.b.ins().iconst(I64, 0));
+            self.call_mem_hook(addr, v, kind);
+            return v;
         }
         let (entry, hit) = self.tlb_probe(OFF_TLB_READ, addr, size);
         let fast = self.b.create_block();
@@ -655,14 +696,17 @@ impl Lowering<'_, '_> {
 
         self.b.seal_block(join);
         self.b.switch_to_block(join);
+        self.call_mem_hook(addr, value, kind);
         value
     }
 
     fn store(&mut self, addr: ir::Value, size: u8, value: ir::Value) {
         let f = self.src.helpers.store[size_index(size)];
+        let kind = u64::from(size) | MEM_STORE;
         if !INLINE_ACCESS {
             self.helper(f, self.sig_store, &[self.ctx, addr, value]);
             self.exit_if_status();
+            self.call_mem_hook(addr, value, kind);
             return;
         }
         let (entry, hit) = self.tlb_probe(OFF_TLB_WRITE, addr, size);
@@ -695,6 +739,7 @@ impl Lowering<'_, '_> {
 
         self.b.seal_block(join);
         self.b.switch_to_block(join);
+        self.call_mem_hook(addr, value, kind);
     }
 
     /// Runs the current instruction's op in the interpreter, which reads
@@ -708,11 +753,22 @@ impl Lowering<'_, '_> {
         let op = self.b.ins().iconst(I64, op as i64);
         let pc = self.b.ins().iconst(I64, self.pc as i64);
         let len = self.b.ins().iconst(I64, i64::from(self.len));
-        let next = self.helper(
-            self.src.helpers.interpret,
-            self.sig_interpret,
-            &[self.ctx, op, pc, len],
-        )?;
+        let next = match self.hook_use(self.index).filter(|(_, u)| u.mem) {
+            Some((hook, used)) => {
+                self.insn_calls |= used.mem_calls;
+                let hook = self.b.ins().iconst(I64, i64::from(hook));
+                self.helper(
+                    self.src.helpers.interpret_watched,
+                    self.sig_interpret_watched,
+                    &[self.ctx, op, pc, len, hook],
+                )?
+            }
+            None => self.helper(
+                self.src.helpers.interpret,
+                self.sig_interpret,
+                &[self.ctx, op, pc, len],
+            )?,
+        };
         // The interpreter borrowed the register file anew.
         let base = self.b.ins().load(I64, trusted(), self.ctx, OFF_REGS);
         self.b.def_var(self.regs, base);

@@ -13,9 +13,12 @@
 //! is compiled on a background thread (`worker.rs`) while it goes on
 //! running in the interpreter, or in line with `background` off.
 //!
-//! Only uninstrumented blocks (and those whose only instrumentation is an
-//! inline instruction counter, applied by the loop) are compiled today;
-//! instrumented ones stay in the interpreter.
+//! An instrumented block's code runs its plan: inline adds of a tally
+//! block inline at each way out, other actions through helper calls before
+//! the instruction and at its accesses. Such code belongs to the plan
+//! version it was compiled under: after a re-instrumentation the block
+//! runs interpreted until it is hot again, then compiles anew (at most
+//! [`MAX_COMPILES`] times).
 
 mod code;
 mod codegen;
@@ -23,7 +26,7 @@ mod ir;
 mod runtime;
 mod worker;
 
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use cranelift_codegen::Context;
 use cranelift_codegen::isa::OwnedTargetIsa;
@@ -32,11 +35,11 @@ use cranelift_frontend::FunctionBuilderContext;
 
 pub use ir::{BinOp, Cond, IrBuilder, UnOp, Value};
 
-use crate::cache::{CountTally, ExecMode, Generation, NONE, TbHeader, TbOp};
+use crate::cache::{CompiledAction, CountTally, ExecMode, Generation, NONE, TbHeader, TbOp};
 use crate::frontend::Frontend;
 use crate::memory::GuestMemory;
 use code::{CodePtr, CodeStore};
-use codegen::MachineCode;
+use codegen::{HookUse, MachineCode, PlanCode, TallyCode};
 pub(crate) use runtime::CompiledEnd;
 use runtime::Helpers;
 use worker::{Done, Job, Worker};
@@ -116,6 +119,10 @@ struct Compiled<Op> {
     class: Option<ChainClass>,
     /// Register slots its code uses.
     regs_used: u32,
+    /// The mode and plan version it was compiled for: code with a plan
+    /// compiled in runs only while its block is planned so.
+    mode: ExecMode,
+    plan_version: u32,
 }
 
 /// One entry of the indirect-jump table: a guest pc and the code of the
@@ -149,6 +156,8 @@ pub(crate) struct JitBlocks<Op> {
     hits: Vec<AtomicU32>,
     /// Block id -> index in `compiled`, or [`NONE`].
     code: Vec<u32>,
+    /// Block id -> times compiled (see [`MAX_COMPILES`]).
+    compiles: Vec<AtomicU8>,
     compiled: Vec<Compiled<Op>>,
 }
 
@@ -166,10 +175,16 @@ impl<Op> Default for JitBlocks<Op> {
             regs_used: 0,
             hits: Vec::new(),
             code: Vec::new(),
+            compiles: Vec::new(),
             compiled: Vec::new(),
         }
     }
 }
+
+/// Most times one block is compiled in a generation: each plan change
+/// (a plugin reset, say) makes an instrumented block's code stale, and
+/// stale code is only freed with its generation.
+pub const MAX_COMPILES: u8 = 8;
 
 /// Marks a block that is not worth compiling (nothing lowered) or failed.
 const NOT_COMPILED: u32 = NONE - 1;
@@ -188,6 +203,8 @@ pub(crate) enum Start {
     Compile,
     /// Hot and with the background compiler: see whether code came back.
     Waiting,
+    /// Its code was compiled for another plan: forget it.
+    Stale,
 }
 
 impl<Op: Copy> JitBlocks<Op> {
@@ -200,6 +217,7 @@ impl<Op: Copy> JitBlocks<Op> {
         self.regs_used = 0;
         self.hits.clear();
         self.code.clear();
+        self.compiles.clear();
     }
 
     /// The compiled code of block `id`, if any.
@@ -209,28 +227,22 @@ impl<Op: Copy> JitBlocks<Op> {
         self.compiled.get(i as usize).filter(|c| c.code.is_some())
     }
 
-    /// Counts a start of block `id` in the interpreter, and says whether
-    /// it should now be compiled.
-    #[inline(always)]
-    pub(crate) fn start(&self, id: u32, threshold: u32) -> Start {
-        match self.hits.get(id as usize) {
-            Some(h) => {
-                let n = h.load(Ordering::Relaxed);
-                if n >= threshold {
-                    return match self.code.get(id as usize) {
-                        Some(&NONE) => Start::Compile,
-                        Some(&i) => match self.compiled.get(i as usize) {
-                            Some(c) if c.code.is_none() && c.pending => Start::Waiting,
-                            _ => Start::Run,
-                        },
-                        None => Start::Run,
-                    };
-                }
-                h.store(n + 1, Ordering::Relaxed);
-                Start::Run
+    /// Makes block `id` run interpreted until it is hot again, then
+    /// compile anew, unless it was compiled [`MAX_COMPILES`] times.
+    pub(crate) fn forget(&mut self, id: u32) {
+        let slot = id as usize;
+        let compiles = self.compiles.get(slot).map_or(u8::MAX, |c| {
+            let n = c.load(Ordering::Relaxed);
+            c.store(n.saturating_add(1), Ordering::Relaxed);
+            n
+        });
+        if let (Some(code), Some(hits)) = (self.code.get_mut(slot), self.hits.get(slot)) {
+            if compiles + 1 >= MAX_COMPILES {
+                *code = NOT_COMPILED;
+            } else {
+                *code = NONE;
+                hits.store(0, Ordering::Relaxed);
             }
-            // Translated while the JIT was off.
-            None => Start::Run,
         }
     }
 
@@ -240,6 +252,7 @@ impl<Op: Copy> JitBlocks<Op> {
         if self.hits.len() < n {
             self.hits.resize_with(n, || AtomicU32::new(0));
             self.code.resize(n, NONE);
+            self.compiles.resize_with(n, || AtomicU8::new(0));
         }
     }
 
@@ -255,18 +268,15 @@ impl<Op: Copy> JitBlocks<Op> {
         self.compiled.get(usize::try_from(i).ok()?).map(|c| c.tb)
     }
 
-    /// Fills the empty chain cell `unlinked` names with block `target`'s
-    /// code, if it has any: the source block then jumps straight into it.
-    /// The caller checks that both blocks may chain (alive, plain, same
-    /// flags).
-    pub(crate) fn link(&self, unlinked: u64, target: u32) {
+    /// Fills the empty chain cell `unlinked` names with `to`, a block's
+    /// code (see [`code_of`]): the source block then jumps straight into
+    /// it. The caller checks that the source may jump into it (alive, of
+    /// a class it may link to, same flags).
+    pub(crate) fn link(&self, unlinked: u64, to: usize) {
         let Some(n) = unlinked.checked_sub(1) else {
             return;
         };
         let (i, cell) = ((n >> 1) as usize, (n & 1) as usize);
-        let Some(to) = self.code_of(target) else {
-            return;
-        };
         if let Some(cell) = self.compiled.get(i).and_then(|c| c.cells.get(cell)) {
             cell.store(to, Ordering::Release);
         }
@@ -295,11 +305,6 @@ impl<Op: Copy> JitBlocks<Op> {
         self.jumps.get(((pc >> 1) as usize) & (JUMP_SLOTS - 1))
     }
 
-    /// The code of block `id`, if compiled.
-    pub(crate) fn code_of(&self, id: u32) -> Option<usize> {
-        self.compiled(id).and_then(|c| c.code).map(CodePtr::addr)
-    }
-
     /// Size in bytes of the code.
     pub(crate) fn code_bytes(&self) -> usize {
         self.store.as_ref().map_or(0, |s| s.code_bytes)
@@ -307,14 +312,36 @@ impl<Op: Copy> JitBlocks<Op> {
 }
 
 /// Which blocks compiled code may jump between without the vCPU loop:
-/// plain ones among themselves, and inline-counter blocks among
-/// themselves while every such block of the plan adds the same count
-/// (the loop then adds a whole run's instructions at once).
+/// plain and planned ones among themselves, and inline-counter blocks
+/// among themselves while every such block of the plan adds the same
+/// count (the loop then adds a whole run's instructions at once).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub(crate) enum ChainClass {
     Plain = 1,
     SharedCount = 2,
+    /// Blocks with their plan compiled in: they and plain blocks go on
+    /// into each other (neither needs anything of the loop).
+    Planned = 3,
+}
+
+impl ChainClass {
+    /// Whether code of this class may jump straight into code of `to`:
+    /// shared-count blocks only among themselves (the loop counts their
+    /// instructions per run), all others among themselves.
+    pub(crate) fn may_link(self, to: ChainClass) -> bool {
+        (self == ChainClass::SharedCount) == (to == ChainClass::SharedCount)
+    }
+
+    fn from_bits(bits: u64) -> Option<ChainClass> {
+        [
+            ChainClass::Plain,
+            ChainClass::SharedCount,
+            ChainClass::Planned,
+        ]
+        .into_iter()
+        .find(|c| *c as u64 == bits)
+    }
 }
 
 /// The chain class of `tb` under its generation's current plan, if any.
@@ -324,33 +351,167 @@ pub(crate) fn chain_class<Op>(generation: &Generation<Op>, tb: &TbHeader) -> Opt
         ExecMode::Count if matches!(generation.count_tally, CountTally::Shared { .. }) => {
             Some(ChainClass::SharedCount)
         }
-        _ => None,
+        ExecMode::Count => None,
+        _ => Some(ChainClass::Planned),
+    }
+}
+
+/// Whether code of chain class `from` (as `ChainClass as u64`, 0 for
+/// none) may jump straight into block `tb` of `generation`.
+pub(crate) fn may_link_bits<Op>(generation: &Generation<Op>, from: u64, tb: &TbHeader) -> bool {
+    match (ChainClass::from_bits(from), chain_class(generation, tb)) {
+        (Some(from), Some(to)) => from.may_link(to),
+        _ => false,
+    }
+}
+
+/// Block `id`'s compiled code, if it has some it may run now: compiled for
+/// the chain class, mode and (with a plan compiled in) plan version it has
+/// now.
+#[inline(always)]
+fn usable<Op: Copy>(generation: &Generation<Op>, id: u32) -> Option<(&Compiled<Op>, CodePtr)> {
+    let c = generation.jit.compiled(id)?;
+    let code = c.code?;
+    let tb = generation.tbs.get(id as usize)?;
+    if tb.mode != c.mode
+        || (c.mode.instrumented() && tb.plan_version != c.plan_version)
+        || c.class
+            .is_some_and(|class| chain_class(generation, tb) != Some(class))
+    {
+        return None;
+    }
+    Some((c, code))
+}
+
+/// Block `id`'s code, if it may run now (see `usable`).
+pub(crate) fn code_of<Op: Copy>(generation: &Generation<Op>, id: u32) -> Option<usize> {
+    usable(generation, id).map(|(_, code)| code.addr())
+}
+
+/// Counts a start of block `id` in the interpreter, and says whether it
+/// should now be compiled.
+#[inline(always)]
+pub(crate) fn start<Op: Copy>(generation: &Generation<Op>, id: u32, threshold: u32) -> Start {
+    let blocks = &generation.jit;
+    let Some(h) = blocks.hits.get(id as usize) else {
+        // Translated while the JIT was off.
+        return Start::Run;
+    };
+    if generation
+        .tbs
+        .get(id as usize)
+        .is_none_or(|tb| !tb.mode.compiles())
+    {
+        return Start::Run;
+    }
+    let n = h.load(Ordering::Relaxed);
+    if n < threshold {
+        h.store(n + 1, Ordering::Relaxed);
+        return Start::Run;
+    }
+    match blocks.code.get(id as usize) {
+        Some(&NONE) => Start::Compile,
+        Some(&i) => match blocks.compiled.get(i as usize) {
+            Some(c) if c.code.is_none() => {
+                if c.pending {
+                    Start::Waiting
+                } else {
+                    Start::Run
+                }
+            }
+            Some(_) if usable(generation, id).is_none() => Start::Stale,
+            _ => Start::Run,
+        },
+        None => Start::Run,
+    }
+}
+
+/// What block `tb` of `generation` runs of its plan, for its code; `None`
+/// for a plain block or one whose inline counter the loop applies.
+pub(crate) fn plan_code<Op: Copy>(generation: &Generation<Op>, tb: &TbHeader) -> Option<PlanCode> {
+    let start = tb.instr_start as usize;
+    let len = tb.instr_len as usize;
+    let insns = tb.ops_end.saturating_sub(tb.ops_start) as usize;
+    match tb.mode {
+        ExecMode::Plain | ExecMode::Count => None,
+        ExecMode::Tally => {
+            let mut plan = PlanCode::default();
+            for t in generation.tallies.get(start..start + len)? {
+                let board = generation.boards.get(t.board as usize)?;
+                let (cells, slots, rows) = board.layout();
+                if t.slot as usize >= slots {
+                    continue;
+                }
+                let from = t.sums_start as usize;
+                plan.tallies.push(TallyCode {
+                    cells,
+                    slots: slots as u64,
+                    rows: rows as u64,
+                    slot: u64::from(t.slot),
+                    prefix: generation.tally_sums.get(from..from + insns)?.to_vec(),
+                });
+            }
+            Some(plan)
+        }
+        _ => {
+            let hooks = generation.hooks.get(start..start + len)?;
+            let use_of = |h: &crate::cache::InsnHook| {
+                let from = h.actions_start as usize;
+                let actions = generation
+                    .actions
+                    .get(from..from + usize::from(h.actions_len))
+                    .unwrap_or_default();
+                HookUse {
+                    exec: h.actions_len != 0 || h.sole_call != NONE,
+                    exec_calls: h.sole_call != NONE
+                        || actions
+                            .iter()
+                            .any(|a| !matches!(a, CompiledAction::Inline { .. })),
+                    mem: h.mem_len != 0,
+                    mem_calls: h.mem_calls,
+                }
+            };
+            let (entry, insn_hooks) = hooks.split_first()?;
+            Some(PlanCode {
+                hooks: tb.instr_start,
+                entry: HookUse {
+                    mem: false,
+                    mem_calls: false,
+                    ..use_of(entry)
+                },
+                insns: insn_hooks.iter().map(use_of).collect(),
+                tallies: Vec::new(),
+            })
+        }
     }
 }
 
 /// Runs block `id` of `generation` as compiled code (with the blocks it
-/// jumps into), or returns `None` if it has none (or cannot run it on this
-/// register file).
+/// jumps into) on vCPU `vcpu`, or returns `None` if it has no code it may
+/// run now (or cannot run it on this register file). `pending` is the
+/// engine's signal word, which callbacks' helpers look at.
 #[inline(always)]
 pub(crate) fn run<F: Frontend>(
     generation: &Generation<F::Op>,
     id: u32,
+    vcpu: u32,
+    pending: &AtomicU32,
     cpu: &mut F::Cpu,
     mem: &mut GuestMemory,
 ) -> Option<CompiledEnd> {
+    let (_, code) = usable(generation, id)?;
     let blocks = &generation.jit;
-    let c = blocks.compiled(id)?;
-    let code = c.code?;
-    if let Some(class) = c.class {
-        // Compiled to jump into blocks of this class only: not while the
-        // block is of another (its plan changed since).
-        let tb = generation.tbs.get(id as usize)?;
-        if chain_class(generation, tb) != Some(class) {
-            return None;
-        }
-    }
     let store = blocks.store.as_ref()?;
-    runtime::run::<F>(generation, store, &code, blocks.regs_used, cpu, mem)
+    runtime::run::<F>(
+        generation,
+        store,
+        &code,
+        blocks.regs_used,
+        vcpu,
+        pending,
+        cpu,
+        mem,
+    )
 }
 
 /// Compiles blocks; one per engine, reused for every block.
@@ -421,6 +582,7 @@ impl JitCompiler {
         tb: &TbHeader,
         ops: &[TbOp<F::Op>],
         chain: Option<ChainClass>,
+        plan: Option<PlanCode>,
         background: bool,
         blocks: &mut JitBlocks<F::Op>,
     ) -> Result<bool, JitError> {
@@ -471,6 +633,7 @@ impl JitCompiler {
                     u64::from(tb.flags) | (class as u64) << 32,
                 )
             }),
+            plan,
         };
         let regs_used = src.ir.regs_used;
         blocks.compiled.push(Compiled {
@@ -481,6 +644,8 @@ impl JitCompiler {
             tb: id,
             class: chain,
             regs_used,
+            mode: tb.mode,
+            plan_version: tb.plan_version,
         });
         if let Some(c) = blocks.code.get_mut(slot) {
             *c = index;

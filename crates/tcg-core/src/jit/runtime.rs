@@ -7,10 +7,12 @@
 use std::ffi::c_void;
 use std::mem::offset_of;
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::cache::Generation;
+use crate::engine::jit_hooks;
 use crate::frontend::{CpuExit, Flow, Frontend, sign_extend};
+use crate::instrument::{MemAccessInfo, Requests};
 use crate::memory::GuestMemory;
 
 /// What a compiled block is passed (one pointer). The generated code reads
@@ -41,6 +43,18 @@ pub(crate) struct JitCtx {
     cpu: *mut c_void,
     /// The `Generation<F::Op>` the blocks belong to, for the lookup helper.
     generation: *const c_void,
+    /// The executing vCPU's index: the row of scoreboards it adds to.
+    vcpu: u64,
+    /// Non-zero once a callback of the current instruction asked for the
+    /// block to be left when the instruction is complete (see
+    /// `engine::jit_hooks::run_hook`); the code clears it then.
+    leave: u64,
+    /// Where an add to a scoreboard row that does not exist goes.
+    scratch: u64,
+    /// The engine's pending signals (an exit asked from elsewhere).
+    pending: *const AtomicU32,
+    /// What callbacks requested.
+    requests: Requests,
     exit: Option<CpuExit>,
 }
 
@@ -52,6 +66,9 @@ pub(crate) const OFF_BUDGET: i32 = offset_of!(JitCtx, budget) as i32;
 pub(crate) const OFF_UNLINKED: i32 = offset_of!(JitCtx, unlinked) as i32;
 pub(crate) const OFF_TLB_READ: i32 = offset_of!(JitCtx, tlb_read) as i32;
 pub(crate) const OFF_TLB_WRITE: i32 = offset_of!(JitCtx, tlb_write) as i32;
+pub(crate) const OFF_VCPU: i32 = offset_of!(JitCtx, vcpu) as i32;
+pub(crate) const OFF_LEAVE: i32 = offset_of!(JitCtx, leave) as i32;
+pub(crate) const OFF_SCRATCH: i32 = offset_of!(JitCtx, scratch) as i32;
 
 /// Host addresses of the helpers one frontend's compiled code calls.
 #[derive(Clone, Copy, Debug)]
@@ -65,12 +82,28 @@ pub(crate) struct Helpers {
     pub interpret: usize,
     /// `fn(ctx, pc, flags) -> code of the compiled block at pc, or 0`.
     pub lookup: usize,
+    /// `fn(ctx, hook, pc)`: runs a hook's actions (instrumented blocks).
+    pub run_hook: usize,
+    /// `fn(ctx, hook, pc, addr, value, kind)`: runs a hook's memory
+    /// actions for one access; `kind` is the size, bit 8 sign-extended,
+    /// bit 9 a store.
+    pub mem_hook: usize,
+    /// `fn(ctx, op, pc, len, hook) -> next pc`: `interpret` with the
+    /// accesses running the hook's memory actions.
+    pub interpret_watched: usize,
 }
+
+/// `kind` bits of a `mem_hook` call.
+pub(crate) const MEM_SIGNED: u64 = 1 << 8;
+pub(crate) const MEM_STORE: u64 = 1 << 9;
 
 type LoadFn = extern "C" fn(*mut JitCtx, u64) -> u64;
 type StoreFn = extern "C" fn(*mut JitCtx, u64, u64);
 type InterpretFn<Op> = extern "C" fn(*mut JitCtx, *const Op, u64, u64) -> u64;
 type LookupFn = extern "C" fn(*mut JitCtx, u64, u64) -> usize;
+type RunHookFn = extern "C" fn(*mut JitCtx, u64, u64);
+type MemHookFn = extern "C" fn(*mut JitCtx, u64, u64, u64, u64, u64);
+type InterpretWatchedFn<Op> = extern "C" fn(*mut JitCtx, *const Op, u64, u64, u64) -> u64;
 
 impl Helpers {
     pub(crate) fn for_frontend<F: Frontend>() -> Self {
@@ -78,6 +111,9 @@ impl Helpers {
         let s = |f: StoreFn| f as usize;
         let interpret: InterpretFn<F::Op> = interpret::<F>;
         let lookup: LookupFn = lookup::<F::Op>;
+        let run_hook: RunHookFn = run_hook::<F>;
+        let mem_hook: MemHookFn = mem_hook::<F::Op>;
+        let interpret_watched: InterpretWatchedFn<F::Op> = interpret_watched::<F>;
         Helpers {
             load: [
                 [l(load::<1, false>), l(load::<1, true>)],
@@ -88,6 +124,9 @@ impl Helpers {
             store: [s(store::<1>), s(store::<2>), s(store::<4>), s(store::<8>)],
             interpret: interpret as usize,
             lookup: lookup as usize,
+            run_hook: run_hook as usize,
+            mem_hook: mem_hook as usize,
+            interpret_watched: interpret_watched as usize,
         }
     }
 }
@@ -146,6 +185,12 @@ extern "C" fn interpret<F: Frontend>(ctx: *mut JitCtx, op: *const F::Op, pc: u64
     let op = unsafe { &*op };
     let flow = F::execute(cpu, op, pc, mem);
     ctx.regs = F::jit_registers(cpu).as_mut_ptr();
+    flow_to_pc(ctx, flow, pc, len)
+}
+
+/// Ends an interpreted op's flow for compiled code: the next pc, or the
+/// exit recorded in the context.
+fn flow_to_pc(ctx: &mut JitCtx, flow: Flow, pc: u64, len: u64) -> u64 {
     match flow {
         Flow::Next => pc.wrapping_add(len),
         Flow::Jump(target) => target,
@@ -155,6 +200,112 @@ extern "C" fn interpret<F: Frontend>(ctx: *mut JitCtx, op: *const F::Op, pc: u64
             pc
         }
     }
+}
+
+// SAFETY (the three hook helpers): as for the helpers above; compiled
+// code calls them only from blocks compiled for the plan version the
+// block is planned under now (`jit::usable`), so the hook indices name
+// that plan's hooks, whose callbacks and scoreboards the generation holds.
+extern "C" fn run_hook<F: Frontend>(ctx: *mut JitCtx, hook: u64, pc: u64) {
+    // SAFETY: see above.
+    let ctx = unsafe { &mut *ctx };
+    // SAFETY: see above.
+    let generation = unsafe { &*ctx.generation.cast::<Generation<F::Op>>() };
+    // SAFETY: see above.
+    let cpu = unsafe { &mut *ctx.cpu.cast::<F::Cpu>() };
+    // SAFETY: see above.
+    let mem = unsafe { &mut *ctx.mem };
+    // SAFETY: `pending` is the engine's, alive for the whole run.
+    let pending = unsafe { &*ctx.pending };
+    let leave = jit_hooks::run_hook::<F>(
+        generation,
+        hook as u32,
+        ctx.vcpu as u32,
+        pc,
+        cpu,
+        mem,
+        pending,
+        &mut ctx.requests,
+    );
+    ctx.leave |= u64::from(leave);
+    ctx.regs = F::jit_registers(cpu).as_mut_ptr();
+}
+
+extern "C" fn mem_hook<Op: Copy>(
+    ctx: *mut JitCtx,
+    hook: u64,
+    pc: u64,
+    addr: u64,
+    value: u64,
+    kind: u64,
+) {
+    // SAFETY: see above.
+    let ctx = unsafe { &mut *ctx };
+    // SAFETY: see above.
+    let generation = unsafe { &*ctx.generation.cast::<Generation<Op>>() };
+    // SAFETY: see above.
+    let mem = unsafe { &mut *ctx.mem };
+    // SAFETY: as in `run_hook`.
+    let pending = unsafe { &*ctx.pending };
+    let size = kind as u8;
+    let is_store = kind & MEM_STORE != 0;
+    let info = MemAccessInfo {
+        addr,
+        size,
+        sign_extended: kind & MEM_SIGNED != 0,
+        is_store,
+        value: if is_store && size < 8 {
+            value & ((1u64 << (u32::from(size) * 8)) - 1)
+        } else {
+            value
+        },
+    };
+    let leave = jit_hooks::run_mem_hook(
+        generation,
+        hook as u32,
+        ctx.vcpu as u32,
+        pc,
+        mem,
+        &info,
+        pending,
+        &mut ctx.requests,
+    );
+    ctx.leave |= u64::from(leave);
+}
+
+extern "C" fn interpret_watched<F: Frontend>(
+    ctx: *mut JitCtx,
+    op: *const F::Op,
+    pc: u64,
+    len: u64,
+    hook: u64,
+) -> u64 {
+    // SAFETY: as for `interpret`.
+    let ctx = unsafe { &mut *ctx };
+    // SAFETY: as for `interpret`.
+    let generation = unsafe { &*ctx.generation.cast::<Generation<F::Op>>() };
+    // SAFETY: as for `interpret`.
+    let cpu = unsafe { &mut *ctx.cpu.cast::<F::Cpu>() };
+    // SAFETY: as for `interpret`.
+    let mem = unsafe { &mut *ctx.mem };
+    // SAFETY: as for `interpret`.
+    let op = unsafe { &*op };
+    // SAFETY: as in `run_hook`.
+    let pending = unsafe { &*ctx.pending };
+    let (flow, leave) = jit_hooks::execute_watched::<F>(
+        generation,
+        hook as u32,
+        ctx.vcpu as u32,
+        op,
+        pc,
+        cpu,
+        mem,
+        pending,
+        &mut ctx.requests,
+    );
+    ctx.leave |= u64::from(leave);
+    ctx.regs = F::jit_registers(cpu).as_mut_ptr();
+    flow_to_pc(ctx, flow, pc, len)
 }
 
 /// An indirect jump's target: the compiled block at `pc` (translated
@@ -175,11 +326,13 @@ extern "C" fn lookup<Op: Copy>(ctx: *mut JitCtx, pc: u64, key: u64) -> usize {
     let Some(tb) = generation.tbs.get(id as usize) else {
         return 0;
     };
-    let class = super::chain_class(generation, tb).map_or(0, |c| c as u64);
-    if tb.dead || class != key >> 32 || tb.plan_version != generation.plan_version {
+    if tb.dead
+        || !super::may_link_bits(generation, key >> 32, tb)
+        || tb.plan_version != generation.plan_version
+    {
         return 0;
     }
-    let Some(code) = generation.jit.code_of(id) else {
+    let Some(code) = super::code_of(generation, id) else {
         return 0;
     };
     if let Some(slot) = generation.jit.jump_slot(pc) {
@@ -195,7 +348,7 @@ extern "C" fn lookup<Op: Copy>(ctx: *mut JitCtx, pc: u64, key: u64) -> usize {
 pub(crate) const CHAIN_BUDGET: u64 = 4096;
 
 /// How a run of compiled blocks ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct CompiledEnd {
     /// Where execution continues; for an exit, the exiting instruction.
     pub pc: u64,
@@ -208,17 +361,22 @@ pub(crate) struct CompiledEnd {
     pub exit: Option<CpuExit>,
     /// The empty chain cell the run left through (see `JitCtx::unlinked`).
     pub unlinked: u64,
+    /// What callbacks of instrumented blocks requested.
+    pub requests: Requests,
 }
 
 /// Runs the compiled block at `code` (and those it chains to) on `cpu`
 /// and `mem`, or returns `None` without running it if the frontend's
 /// register file is smaller than the JIT's blocks use (`regs_used`
 /// slots, the most any block of the store uses).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run<F: Frontend>(
     generation: &Generation<F::Op>,
     store: &super::code::CodeStore,
     code: &super::code::CodePtr,
     regs_used: u32,
+    vcpu: u32,
+    pending: &AtomicU32,
     cpu: &mut F::Cpu,
     mem: &mut GuestMemory,
 ) -> Option<CompiledEnd> {
@@ -242,16 +400,25 @@ pub(crate) fn run<F: Frontend>(
         mem,
         cpu: cpu_ptr.cast(),
         generation: std::ptr::from_ref(generation).cast(),
+        vcpu: u64::from(vcpu),
+        leave: 0,
+        scratch: 0,
+        pending,
+        requests: Requests::default(),
         exit: None,
     };
     // SAFETY: `code` is a finished block of `store` (code.rs), alive
     // while the store is (the caller holds a borrow of it). The generated
     // code, and the blocks it chains to (all of the same store, all using
     // at most `regs_used` slots), access register slots below `regs_used`,
-    // checked above, and the context's fields at their offsets. Its inline accesses follow TLB
-    // entries to page bytes that live while the entries do; only the
-    // helpers, through `ctx.mem`, change entries, and the generated code
-    // re-reads an entry at every access.
+    // checked above, and the context's fields at their offsets. Its
+    // inline accesses follow TLB entries to page bytes that live while the
+    // entries do; only the helpers, through `ctx.mem`, change entries, and
+    // the generated code re-reads an entry at every access. Code with a
+    // plan compiled in runs only under that plan (`jit::usable`, and chain
+    // links made only between usable blocks, emptied when plans change):
+    // the scoreboard cells it adds to belong to boards the plan, hence
+    // the generation, holds, and it adds only to rows that exist.
     let pc = unsafe { store.enter(code, &mut ctx) };
     Some(CompiledEnd {
         pc,
@@ -260,5 +427,6 @@ pub(crate) fn run<F: Frontend>(
         len: ctx.exit_len as u8,
         exit: ctx.exit,
         unlinked: ctx.unlinked,
+        requests: ctx.requests,
     })
 }

@@ -1,0 +1,258 @@
+//! Instrumented blocks compiled with their plan against the same blocks
+//! interpreted: instruction and block-entry callbacks (reading a
+//! register), inline adds on entry and at accesses, a conditional
+//! callback, memory callbacks seeing each access's value, and callbacks
+//! that re-instrument or flush in the middle of the run, so that stale
+//! compiled code must never run. Every event, in order, and every count
+//! must be the interpreter's.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tcgkit_tcg_core::{
+    Action, CallbackContext, Compare, Condition, CpuExit, Engine, GuestMemory, InlineKind,
+    InlineOp, InsnCallback, Instrumentation, JitConfig, MemAccessInfo, MemAction, MemCallback,
+    MemFilter, Perms, Scoreboard, TbPlan, TbView,
+};
+
+use super::enc;
+use super::{CODE, DATA};
+use crate::{Cpu, Rv64};
+
+const BASE: u8 = 5;
+const COUNTER: u8 = 31;
+
+/// What the callbacks saw, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Event {
+    Insn {
+        pc: u64,
+        t1: u64,
+    },
+    Entry {
+        pc: u64,
+    },
+    Cond {
+        pc: u64,
+    },
+    Mem {
+        pc: u64,
+        addr: u64,
+        size: u8,
+        store: bool,
+        value: u64,
+    },
+}
+
+/// Every `every`-th instruction callback asks for `request` (0: none,
+/// 1: re-instrument, 2: flush) and moves to the next phase: blocks
+/// planned from then on call it before other instructions, so code
+/// compiled for an earlier plan would log at the wrong places.
+struct Watch {
+    log: Arc<Mutex<Vec<Event>>>,
+    phase: Arc<AtomicUsize>,
+    board: Arc<Scoreboard>,
+    insn: InsnCallback,
+    entry: InsnCallback,
+    cond: InsnCallback,
+    mem: MemCallback,
+}
+
+impl Watch {
+    fn new(every: u64, request: u8) -> Self {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let board = Arc::new(Scoreboard::new(2, 1));
+        let calls = Arc::new(Mutex::new(0u64));
+        let phase = Arc::new(AtomicUsize::new(0));
+        let next = Arc::clone(&phase);
+        let l = Arc::clone(&log);
+        let insn: InsnCallback = Arc::new(move |ctx: &mut CallbackContext<'_>| {
+            let t1 = ctx.read_register("t1").unwrap_or(u64::MAX);
+            l.lock().unwrap().push(Event::Insn { pc: ctx.pc(), t1 });
+            let mut n = calls.lock().unwrap();
+            *n += 1;
+            if every != 0 && (*n).is_multiple_of(every) {
+                next.fetch_add(1, Ordering::Relaxed);
+                match request {
+                    1 => ctx.request_reinstrument(),
+                    2 => ctx.request_flush(),
+                    _ => {}
+                }
+            }
+        });
+        let l = Arc::clone(&log);
+        let entry: InsnCallback = Arc::new(move |ctx: &mut CallbackContext<'_>| {
+            l.lock().unwrap().push(Event::Entry { pc: ctx.pc() });
+        });
+        let l = Arc::clone(&log);
+        let cond: InsnCallback = Arc::new(move |ctx: &mut CallbackContext<'_>| {
+            l.lock().unwrap().push(Event::Cond { pc: ctx.pc() });
+        });
+        let l = Arc::clone(&log);
+        let mem: MemCallback = Arc::new(move |ctx: &mut CallbackContext<'_>, i: &MemAccessInfo| {
+            l.lock().unwrap().push(Event::Mem {
+                pc: ctx.pc(),
+                addr: i.addr,
+                size: i.size,
+                store: i.is_store,
+                value: i.value,
+            });
+        });
+        Watch {
+            log,
+            phase,
+            board,
+            insn,
+            entry,
+            cond,
+            mem,
+        }
+    }
+}
+
+impl Instrumentation for Watch {
+    fn translate(&self, tb: &TbView<'_>, plan: &mut TbPlan) {
+        let add = |slot| {
+            Action::Inline(InlineOp {
+                board: &self.board,
+                slot,
+                kind: InlineKind::Add(1),
+            })
+        };
+        plan.on_entry(add(0));
+        // Blocks at odd multiples of 4 bytes (the loop) also get an entry
+        // callback.
+        if tb.pc() & 4 != 0 {
+            plan.on_entry(Action::Callback(&self.entry));
+        }
+        let phase = self.phase.load(Ordering::Relaxed);
+        for insn in plan.insns() {
+            if insn.index() % 3 == phase % 3 {
+                insn.on_execute(Action::Callback(&self.insn));
+            }
+            if insn.index() == 1 {
+                let when = Condition {
+                    board: &self.board,
+                    slot: 0,
+                    compare: Compare::Ge,
+                    value: 5,
+                };
+                insn.on_execute(Action::Conditional(when, &self.cond));
+            }
+            insn.on_memory(MemFilter::All, MemAction::Callback(&self.mem));
+            insn.on_memory(
+                MemFilter::Writes,
+                MemAction::Inline(InlineOp {
+                    board: &self.board,
+                    slot: 1,
+                    kind: InlineKind::Add(2),
+                }),
+            );
+        }
+    }
+}
+
+struct Outcome {
+    exit: CpuExit,
+    regs: Vec<u64>,
+    insns: u64,
+    log: Vec<Event>,
+    board: [u64; 2],
+    compiled_runs: u64,
+}
+
+/// A loop of loads, stores and arithmetic, with a load of an unmapped
+/// page at its end (a fault inside an instrumented block).
+fn program() -> Vec<u32> {
+    vec![
+        enc::addi(COUNTER, 0, 60),
+        // loop:
+        enc::load(3, 6, BASE, 0),
+        enc::addi(6, 6, 3),
+        enc::store(3, BASE, 6, 0),
+        enc::load(2, 7, BASE, 8),
+        enc::add(7, 7, 6),
+        enc::store(1, BASE, 7, 8),
+        enc::addi(COUNTER, COUNTER, -1),
+        enc::b(1, COUNTER, 0, -28),
+        enc::addi(6, 6, 1),
+        enc::load(3, 7, 0, 0x100),
+        enc::ECALL,
+    ]
+}
+
+fn run(jit: JitConfig, every: u64, request: u8) -> Outcome {
+    let bytes: Vec<u8> = program().iter().flat_map(|w| w.to_le_bytes()).collect();
+    let mut mem = GuestMemory::new();
+    mem.map(CODE, 0x4000, Perms::READ | Perms::EXEC).unwrap();
+    mem.write_initial(CODE, &bytes).unwrap();
+    mem.map(DATA, 0x1000, Perms::READ | Perms::WRITE).unwrap();
+    let mut cpu = Cpu::new();
+    cpu.set_x(BASE, DATA);
+    cpu.set_pc(CODE);
+    let watch = Arc::new(Watch::new(every, request));
+    let mut engine = Engine::new(Rv64::new());
+    engine.set_jit(jit).unwrap();
+    engine.set_instrumentation(Some(Arc::clone(&watch) as Arc<dyn Instrumentation>));
+    let exit = engine.run(&mut cpu, &mut mem);
+    let stats = engine.stats();
+    let log = watch.log.lock().unwrap().clone();
+    Outcome {
+        exit,
+        regs: (0..32).map(|i| cpu.x(i)).collect(),
+        insns: stats.insns_executed,
+        log,
+        board: [watch.board.get(0, 0), watch.board.get(0, 1)],
+        compiled_runs: stats.compiled_blocks_executed,
+    }
+}
+
+fn agree(every: u64, request: u8) -> Outcome {
+    let interp = run(JitConfig::OFF, every, request);
+    let jit = run(JitConfig::on(0), every, request);
+    assert!(
+        matches!(interp.exit, CpuExit::Fault(_)),
+        "{:?}",
+        interp.exit
+    );
+    assert_eq!(jit.exit, interp.exit);
+    assert_eq!(jit.regs, interp.regs);
+    assert_eq!(jit.insns, interp.insns);
+    assert_eq!(jit.board, interp.board);
+    assert_eq!(jit.log.len(), interp.log.len());
+    for (i, (j, t)) in jit.log.iter().zip(&interp.log).enumerate() {
+        assert_eq!(j, t, "event {i}");
+    }
+    jit
+}
+
+#[test]
+fn compiled_plans_see_what_the_interpreter_sees() {
+    let jit = agree(0, 0);
+    assert!(
+        jit.compiled_runs > 50,
+        "{} compiled runs",
+        jit.compiled_runs
+    );
+    assert!(jit.log.iter().any(|e| matches!(e, Event::Cond { .. })));
+    assert!(jit.log.iter().any(|e| matches!(e, Event::Entry { .. })));
+    assert!(
+        jit.log
+            .iter()
+            .any(|e| matches!(e, Event::Mem { store: true, .. }))
+    );
+}
+
+#[test]
+fn reinstrumenting_from_compiled_code_never_runs_stale_code() {
+    for every in [1, 7, 40] {
+        agree(every, 1);
+    }
+}
+
+#[test]
+fn flushing_from_compiled_code_agrees() {
+    for every in [1, 7, 40] {
+        agree(every, 2);
+    }
+}

@@ -1,0 +1,132 @@
+//! What compiled code calls to run an instrumented block's plan: the
+//! actions of one hook before an instruction, the memory actions of one
+//! access, and an op the JIT did not lower executed through the
+//! instruction's memory actions. Safe code over the same pieces the
+//! interpreter's loops use (`steps.rs`, `access.rs`); `jit::runtime`
+//! calls them from its helpers.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use super::Engine;
+use super::access::{InstrumentedMem, MemActions, call};
+use crate::cache::{Generation, NONE};
+use crate::frontend::{Flow, Frontend};
+use crate::instrument::{MemAccessInfo, Requests};
+use crate::memory::GuestMemory;
+
+/// Runs the actions of hook `hook` of `generation` (a block's entry hook,
+/// or the one before the instruction at `pc`) on `vcpu`, adding what its
+/// callbacks request to `requests`. Returns whether the block must be left
+/// once the instruction is complete: a callback ran and a request, or an
+/// exit signalled from elsewhere, is pending.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run_hook<F: Frontend>(
+    generation: &Generation<F::Op>,
+    hook: u32,
+    vcpu: u32,
+    pc: u64,
+    cpu: &mut F::Cpu,
+    mem: &mut GuestMemory,
+    pending: &AtomicU32,
+    requests: &mut Requests,
+) -> bool {
+    let Some(hook) = generation.hooks.get(hook as usize) else {
+        return false;
+    };
+    let mut access = InstrumentedMem {
+        mem,
+        actions: MemActions {
+            actions: &[],
+            callbacks: &generation.mem_callbacks,
+            boards: &generation.boards,
+        },
+        vcpu,
+        pc,
+        requests: Requests::default(),
+    };
+    // One callback and nothing else: called without walking the list, as
+    // the interpreter does.
+    let called = if hook.sole_call != NONE {
+        F::set_pc(cpu, pc);
+        if let Some(cb) = generation.callbacks.get(hook.sole_call as usize) {
+            call::<F>(&**cb, vcpu, pc, cpu, access.mem, &mut access.requests);
+        }
+        true
+    } else {
+        Engine::<F>::run_actions(generation, hook, vcpu, pc, cpu, &mut access)
+    };
+    requests.merge(access.requests);
+    called && (requests.any() || pending.load(Ordering::Relaxed) != 0)
+}
+
+/// Runs the memory actions of hook `hook` that select access `info`, made
+/// by the instruction at `pc` on `vcpu`. Returns whether the block must be
+/// left once the instruction is complete (see [`run_hook`]).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run_mem_hook<Op: Copy>(
+    generation: &Generation<Op>,
+    hook: u32,
+    vcpu: u32,
+    pc: u64,
+    mem: &mut GuestMemory,
+    info: &MemAccessInfo,
+    pending: &AtomicU32,
+    requests: &mut Requests,
+) -> bool {
+    let Some(hook) = generation.hooks.get(hook as usize) else {
+        return false;
+    };
+    let from = hook.mem_start as usize;
+    let actions = MemActions {
+        actions: generation
+            .mem_actions
+            .get(from..from + usize::from(hook.mem_len))
+            .unwrap_or_default(),
+        callbacks: &generation.mem_callbacks,
+        boards: &generation.boards,
+    };
+    let asked = actions.run(vcpu, pc, mem, info);
+    requests.merge(asked);
+    hook.mem_calls && (requests.any() || pending.load(Ordering::Relaxed) != 0)
+}
+
+/// Executes `op` (at `pc`) with its accesses running hook `hook`'s memory
+/// actions. Returns the flow, and whether the block must be left once the
+/// instruction is complete (see [`run_hook`]).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn execute_watched<F: Frontend>(
+    generation: &Generation<F::Op>,
+    hook: u32,
+    vcpu: u32,
+    op: &F::Op,
+    pc: u64,
+    cpu: &mut F::Cpu,
+    mem: &mut GuestMemory,
+    pending: &AtomicU32,
+    requests: &mut Requests,
+) -> (Flow, bool) {
+    let hook = generation.hooks.get(hook as usize);
+    let from = hook.map_or(0, |h| h.mem_start as usize);
+    let len = hook.map_or(0, |h| usize::from(h.mem_len));
+    let mut access = InstrumentedMem {
+        mem,
+        actions: MemActions {
+            actions: generation
+                .mem_actions
+                .get(from..from + len)
+                .unwrap_or_default(),
+            callbacks: &generation.mem_callbacks,
+            boards: &generation.boards,
+        },
+        vcpu,
+        pc,
+        requests: Requests::default(),
+    };
+    let flow = F::execute(cpu, op, pc, &mut access);
+    requests.merge(access.requests);
+    let calls = hook.is_some_and(|h| h.mem_calls);
+    (
+        flow,
+        calls && (requests.any() || pending.load(Ordering::Relaxed) != 0),
+    )
+}

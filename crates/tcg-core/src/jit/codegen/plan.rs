@@ -1,0 +1,163 @@
+//! The instrumentation an instrumented block's code runs ([`PlanCode`]):
+//! hook helper calls before instructions and at accesses, the leave
+//! checks after an instruction whose callbacks ran, and a tally block's
+//! inline adds at each way out.
+
+use cranelift_codegen::ir::{self, InstBuilder, condcodes::IntCC, types::I64};
+
+use super::super::runtime::{OFF_LEAVE, OFF_REGS, OFF_SCRATCH};
+use super::{Lowering, trusted};
+
+/// An instrumented block's plan as its code runs it: hooks (actions
+/// before instructions, memory actions at accesses) through helper calls,
+/// and the adds of a block of inline adds only (`ExecMode::Tally`) inline
+/// at each way out.
+#[derive(Debug, Default)]
+pub(crate) struct PlanCode {
+    /// Index in `Generation::hooks` of the block's entry hook; instruction
+    /// `i`'s is one more than `i` past it.
+    pub hooks: u32,
+    pub entry: HookUse,
+    /// Per instruction.
+    pub insns: Vec<HookUse>,
+    pub tallies: Vec<TallyCode>,
+}
+
+/// What one hook holds.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct HookUse {
+    /// Actions before the instruction (or on entry); some may be callbacks.
+    pub exec: bool,
+    pub exec_calls: bool,
+    /// Actions at the instruction's accesses; some may be callbacks.
+    pub mem: bool,
+    pub mem_calls: bool,
+}
+
+/// The adds to one scoreboard entry of a tally block: in the executing
+/// vCPU's row, `prefix[n - 1]` when the block is left after `n`
+/// instructions.
+#[derive(Debug)]
+pub(crate) struct TallyCode {
+    /// Address of the board's first cell, its row length and rows.
+    pub cells: usize,
+    pub slots: u64,
+    pub rows: u64,
+    pub slot: u64,
+    pub prefix: Vec<u64>,
+}
+
+impl Lowering<'_, '_> {
+    /// A tally block's adds for leaving it after `executed` instructions.
+    pub(super) fn add_tallies(&mut self, executed: u32) {
+        let (Some(plan), Some(vcpu)) = (&self.src.plan, self.vcpu) else {
+            return;
+        };
+        let Some(last) = (executed as usize).checked_sub(1) else {
+            return;
+        };
+        for t in &plan.tallies {
+            let Some(&amount) = t.prefix.get(last).or(t.prefix.last()) else {
+                continue;
+            };
+            if amount == 0 {
+                continue;
+            }
+            // The cell in the vCPU's row, or the context's scratch word
+            // for a vCPU past the board (whose adds QEMU drops too).
+            let row = self.b.ins().imul_imm_s(vcpu, (t.slots * 8) as i64);
+            let base = self
+                .b
+                .ins()
+                .iconst(I64, (t.cells as u64 + t.slot * 8) as i64);
+            let cell = self.b.ins().iadd(base, row);
+            let scratch = self.b.ins().iadd_imm_s(self.ctx, i64::from(OFF_SCRATCH));
+            let inside = self
+                .b
+                .ins()
+                .icmp_imm_u(IntCC::UnsignedLessThan, vcpu, t.rows as i64);
+            let cell = self.b.ins().select(inside, cell, scratch);
+            let old = self.b.ins().load(I64, trusted(), cell, 0);
+            let new = self.b.ins().iadd_imm_s(old, amount as i64);
+            self.b.ins().store(trusted(), new, cell, 0);
+        }
+    }
+
+    /// The hook of instruction `index` (`None`: no plan).
+    pub(super) fn hook_use(&self, index: u32) -> Option<(u32, HookUse)> {
+        let plan = self.src.plan.as_ref()?;
+        let used = plan.insns.get(index as usize).copied()?;
+        Some((plan.hooks + 1 + index, used))
+    }
+
+    /// Calls the hook helper for hook `hook` before the instruction at
+    /// `pc`; with callbacks, the register file is brought up to date
+    /// first (they read it).
+    pub(super) fn call_hook(&mut self, hook: u32, calls: bool) {
+        if calls {
+            self.write_back(false);
+            self.insn_calls = true;
+        }
+        let hook = self.b.ins().iconst(I64, i64::from(hook));
+        let pc = self.b.ins().iconst(I64, self.pc as i64);
+        self.helper(
+            self.src.helpers.run_hook,
+            self.sig_hook,
+            &[self.ctx, hook, pc],
+        );
+        // The helper borrowed the register file anew.
+        let base = self.b.ins().load(I64, trusted(), self.ctx, OFF_REGS);
+        self.b.def_var(self.regs, base);
+    }
+
+    /// Runs the current instruction's memory actions for an access.
+    pub(super) fn call_mem_hook(&mut self, addr: ir::Value, value: ir::Value, kind: u64) {
+        let Some((hook, used)) = self.hook_use(self.index) else {
+            return;
+        };
+        if !used.mem {
+            return;
+        }
+        self.insn_calls |= used.mem_calls;
+        let hook = self.b.ins().iconst(I64, i64::from(hook));
+        let pc = self.b.ins().iconst(I64, self.pc as i64);
+        let kind = self.b.ins().iconst(I64, kind as i64);
+        self.helper(
+            self.src.helpers.mem_hook,
+            self.sig_mem_hook,
+            &[self.ctx, hook, pc, addr, value, kind],
+        );
+    }
+
+    /// Once an instruction whose callbacks ran is complete: if they asked
+    /// for it, leave the block at `next` after `executed` instructions.
+    pub(super) fn leave_if_asked(&mut self, executed: u32, next: u64) {
+        if !std::mem::take(&mut self.insn_calls) {
+            return;
+        }
+        let asked = self.b.ins().load(I64, trusted(), self.ctx, OFF_LEAVE);
+        let out = self.b.create_block();
+        let go_on = self.b.create_block();
+        self.b.ins().brif(asked, out, &[], go_on, &[]);
+        self.b.seal_block(out);
+        self.b.seal_block(go_on);
+        self.b.switch_to_block(out);
+        self.b.set_cold_block(out);
+        let pc = self.b.ins().iconst(I64, next as i64);
+        self.leave(executed, pc);
+        self.b.switch_to_block(go_on);
+    }
+
+    /// Whether the block may be left straight into another: the chaining
+    /// budget is not spent and no callback of the last instruction asked
+    /// to return to the loop.
+    pub(super) fn may_chain(&mut self) -> ir::Value {
+        let allowed = self.b.ins().icmp_imm_s(IntCC::NotEqual, self.budget, 0);
+        if !self.insn_calls {
+            return allowed;
+        }
+        let asked = self.b.ins().load(I64, trusted(), self.ctx, OFF_LEAVE);
+        let calm = self.b.ins().icmp_imm_s(IntCC::Equal, asked, 0);
+        self.b.ins().band(allowed, calm)
+    }
+}
