@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 
 use tcgkit_tcg_core::{
     Action, CallbackContext, Compare, Condition, CpuExit, Engine, GuestMemory, InlineKind,
-    InlineOp, InsnCallback, Instrumentation, JitConfig, MemAccessInfo, MemAction, MemCallback,
-    MemFilter, Perms, Scoreboard, TbPlan, TbView,
+    InlineOp, InlinedCallback, InlinedMemCallback, InsnCallback, Instrumentation, JitConfig,
+    MemAccessInfo, MemAction, MemCallback, MemFilter, Perms, Scoreboard, TbPlan, TbView,
 };
 
 use super::enc;
@@ -58,15 +58,39 @@ struct Watch {
     mem: MemCallback,
 }
 
+/// A callback, as an [`InlinedCallback`] (which compiled code calls
+/// directly) or a plain one (called through the hook helper).
+fn insn_callback<C>(inlined: bool, f: C) -> InsnCallback
+where
+    C: Fn(&mut CallbackContext<'_>) + Send + Sync + 'static,
+{
+    if inlined {
+        Arc::new(InlinedCallback::<Rv64, _>::new(f))
+    } else {
+        Arc::new(f)
+    }
+}
+
+fn mem_callback<C>(inlined: bool, f: C) -> MemCallback
+where
+    C: Fn(&mut CallbackContext<'_>, &MemAccessInfo) + Send + Sync + 'static,
+{
+    if inlined {
+        Arc::new(InlinedMemCallback::<Rv64, _>::new(f))
+    } else {
+        Arc::new(f)
+    }
+}
+
 impl Watch {
-    fn new(every: u64, request: u8) -> Self {
+    fn new(every: u64, request: u8, inlined: bool) -> Self {
         let log = Arc::new(Mutex::new(Vec::new()));
         let board = Arc::new(Scoreboard::new(2, 1));
         let calls = Arc::new(Mutex::new(0u64));
         let phase = Arc::new(AtomicUsize::new(0));
         let next = Arc::clone(&phase);
         let l = Arc::clone(&log);
-        let insn: InsnCallback = Arc::new(move |ctx: &mut CallbackContext<'_>| {
+        let insn = insn_callback(inlined, move |ctx: &mut CallbackContext<'_>| {
             let t1 = ctx.read_register("t1").unwrap_or(u64::MAX);
             l.lock().unwrap().push(Event::Insn { pc: ctx.pc(), t1 });
             let mut n = calls.lock().unwrap();
@@ -81,23 +105,26 @@ impl Watch {
             }
         });
         let l = Arc::clone(&log);
-        let entry: InsnCallback = Arc::new(move |ctx: &mut CallbackContext<'_>| {
+        let entry = insn_callback(inlined, move |ctx: &mut CallbackContext<'_>| {
             l.lock().unwrap().push(Event::Entry { pc: ctx.pc() });
         });
         let l = Arc::clone(&log);
-        let cond: InsnCallback = Arc::new(move |ctx: &mut CallbackContext<'_>| {
+        let cond = insn_callback(inlined, move |ctx: &mut CallbackContext<'_>| {
             l.lock().unwrap().push(Event::Cond { pc: ctx.pc() });
         });
         let l = Arc::clone(&log);
-        let mem: MemCallback = Arc::new(move |ctx: &mut CallbackContext<'_>, i: &MemAccessInfo| {
-            l.lock().unwrap().push(Event::Mem {
-                pc: ctx.pc(),
-                addr: i.addr,
-                size: i.size,
-                store: i.is_store,
-                value: i.value,
-            });
-        });
+        let mem = mem_callback(
+            inlined,
+            move |ctx: &mut CallbackContext<'_>, i: &MemAccessInfo| {
+                l.lock().unwrap().push(Event::Mem {
+                    pc: ctx.pc(),
+                    addr: i.addr,
+                    size: i.size,
+                    store: i.is_store,
+                    value: i.value,
+                });
+            },
+        );
         Watch {
             log,
             phase,
@@ -140,6 +167,11 @@ impl Instrumentation for Watch {
                 insn.on_execute(Action::Conditional(when, &self.cond));
             }
             insn.on_memory(MemFilter::All, MemAction::Callback(&self.mem));
+            // Other instructions' accesses run the one callback (which
+            // compiled code calls directly when it is inlined).
+            if insn.index() != 2 {
+                continue;
+            }
             insn.on_memory(
                 MemFilter::Writes,
                 MemAction::Inline(InlineOp {
@@ -181,7 +213,7 @@ fn program() -> Vec<u32> {
     ]
 }
 
-fn run(jit: JitConfig, every: u64, request: u8) -> Outcome {
+fn run(jit: JitConfig, every: u64, request: u8, inlined: bool) -> Outcome {
     let bytes: Vec<u8> = program().iter().flat_map(|w| w.to_le_bytes()).collect();
     let mut mem = GuestMemory::new();
     mem.map(CODE, 0x4000, Perms::READ | Perms::EXEC).unwrap();
@@ -190,7 +222,7 @@ fn run(jit: JitConfig, every: u64, request: u8) -> Outcome {
     let mut cpu = Cpu::new();
     cpu.set_x(BASE, DATA);
     cpu.set_pc(CODE);
-    let watch = Arc::new(Watch::new(every, request));
+    let watch = Arc::new(Watch::new(every, request, inlined));
     let mut engine = Engine::new(Rv64::new());
     engine.set_jit(jit).unwrap();
     engine.set_instrumentation(Some(Arc::clone(&watch) as Arc<dyn Instrumentation>));
@@ -207,9 +239,9 @@ fn run(jit: JitConfig, every: u64, request: u8) -> Outcome {
     }
 }
 
-fn agree(every: u64, request: u8) -> Outcome {
-    let interp = run(JitConfig::OFF, every, request);
-    let jit = run(JitConfig::on(0), every, request);
+fn agree(every: u64, request: u8, inlined: bool) -> Outcome {
+    let interp = run(JitConfig::OFF, every, request, inlined);
+    let jit = run(JitConfig::on(0), every, request, inlined);
     assert!(
         matches!(interp.exit, CpuExit::Fault(_)),
         "{:?}",
@@ -228,31 +260,32 @@ fn agree(every: u64, request: u8) -> Outcome {
 
 #[test]
 fn compiled_plans_see_what_the_interpreter_sees() {
-    let jit = agree(0, 0);
-    assert!(
-        jit.compiled_runs > 50,
-        "{} compiled runs",
-        jit.compiled_runs
-    );
-    assert!(jit.log.iter().any(|e| matches!(e, Event::Cond { .. })));
-    assert!(jit.log.iter().any(|e| matches!(e, Event::Entry { .. })));
-    assert!(
-        jit.log
-            .iter()
-            .any(|e| matches!(e, Event::Mem { store: true, .. }))
-    );
+    for inlined in [false, true] {
+        let jit = agree(0, 0, inlined);
+        assert!(
+            jit.compiled_runs > 50,
+            "{} compiled runs",
+            jit.compiled_runs
+        );
+        let saw = |f: fn(&Event) -> bool| jit.log.iter().any(f);
+        assert!(saw(|e| matches!(e, Event::Cond { .. })));
+        assert!(saw(|e| matches!(e, Event::Entry { .. })));
+        assert!(saw(|e| matches!(e, Event::Mem { store: true, .. })));
+    }
 }
 
 #[test]
 fn reinstrumenting_from_compiled_code_never_runs_stale_code() {
     for every in [1, 7, 40] {
-        agree(every, 1);
+        agree(every, 1, false);
+        agree(every, 1, true);
     }
 }
 
 #[test]
 fn flushing_from_compiled_code_agrees() {
     for every in [1, 7, 40] {
-        agree(every, 2);
+        agree(every, 2, false);
+        agree(every, 2, true);
     }
 }

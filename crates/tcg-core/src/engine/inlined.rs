@@ -81,9 +81,13 @@ where
         let inner = Arc::clone(&callback);
         let run =
             Box::new(move |args: RunArgs<'_, '_, F>| Engine::<F>::exec_inlined(args, &*inner));
+        let direct = DirectCall {
+            entry: crate::jit::direct_insn_entry::<F, C>(),
+            data: Arc::as_ptr(&callback) as usize,
+        };
         InlinedCallback {
             callback,
-            inlined: InlinedLoop { run },
+            inlined: InlinedLoop { run, direct },
         }
     }
 }
@@ -110,9 +114,20 @@ impl<F: Frontend, C> fmt::Debug for InlinedCallback<F, C> {
 
 /// An [`InlinedCallback`]'s loop without the callback's type, so that
 /// the engine can find it behind [`CallbackFn::inlined_loop`].
-pub(super) struct InlinedLoop<F: Frontend> {
+pub(crate) struct InlinedLoop<F: Frontend> {
     #[allow(clippy::type_complexity)]
     pub(super) run: Box<dyn for<'g, 'r> Fn(RunArgs<'g, 'r, F>) -> RunEnd + Send + Sync>,
+    /// What compiled code calls instead of the loop.
+    pub(crate) direct: DirectCall,
+}
+
+/// An inlined callback as compiled code calls it: a host function made
+/// for its closure type (see `jit::direct_insn_entry`), passed the
+/// closure's address, which lives as long as the callback.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DirectCall {
+    pub(crate) entry: usize,
+    pub(crate) data: usize,
 }
 
 /// What [`Engine::exec_hooked`] hands an [`InlinedLoop`].
@@ -148,9 +163,13 @@ where
         let run = Box::new(move |args: MemRunArgs<'_, '_, F>| {
             Engine::<F>::exec_mem_inlined(args, &*inner)
         });
+        let direct = DirectCall {
+            entry: crate::jit::direct_mem_entry::<C>(),
+            data: Arc::as_ptr(&callback) as usize,
+        };
         InlinedMemCallback {
             callback,
-            inlined: InlinedMemLoop { run },
+            inlined: InlinedMemLoop { run, direct },
         }
     }
 }
@@ -176,9 +195,11 @@ impl<F: Frontend, C> fmt::Debug for InlinedMemCallback<F, C> {
 }
 
 /// An [`InlinedMemCallback`]'s loop without the callback's type.
-pub(super) struct InlinedMemLoop<F: Frontend> {
+pub(crate) struct InlinedMemLoop<F: Frontend> {
     #[allow(clippy::type_complexity)]
     pub(super) run: Box<dyn for<'g, 'r> Fn(MemRunArgs<'g, 'r, F>) -> RunEnd + Send + Sync>,
+    /// What compiled code calls instead of the loop.
+    pub(crate) direct: DirectCall,
 }
 
 /// What [`Engine::exec_watched`] hands an [`InlinedMemLoop`].
@@ -211,14 +232,14 @@ impl<F: Frontend> Engine<F> {
     /// The loop `cb` was compiled into for this frontend, if it was (an
     /// [`InlinedCallback`] of this `F`).
     #[inline(always)]
-    pub(super) fn inlined(cb: &InsnCallbackFn) -> Option<&InlinedLoop<F>> {
+    pub(crate) fn inlined(cb: &InsnCallbackFn) -> Option<&InlinedLoop<F>> {
         cb.inlined_loop()?.downcast_ref::<InlinedLoop<F>>()
     }
 
     /// The loop `cb` was compiled into for this frontend, if it was (an
     /// [`InlinedMemCallback`] of this `F`).
     #[inline(always)]
-    pub(super) fn inlined_mem(cb: &MemCallbackDyn) -> Option<&InlinedMemLoop<F>> {
+    pub(crate) fn inlined_mem(cb: &MemCallbackDyn) -> Option<&InlinedMemLoop<F>> {
         cb.inlined_loop()?.downcast_ref::<InlinedMemLoop<F>>()
     }
 

@@ -8,10 +8,10 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::Engine;
-use super::access::{InstrumentedMem, MemActions, call};
+use super::access::{CpuRegisters, InstrumentedMem, MemActions, call};
 use crate::cache::{Generation, NONE};
 use crate::frontend::{Flow, Frontend};
-use crate::instrument::{MemAccessInfo, Requests};
+use crate::instrument::{CallbackContext, MemAccessInfo, Requests};
 use crate::memory::GuestMemory;
 
 /// Runs the actions of hook `hook` of `generation` (a block's entry hook,
@@ -129,4 +129,59 @@ pub(crate) fn execute_watched<F: Frontend>(
         flow,
         calls && (requests.any() || pending.load(Ordering::Relaxed) != 0),
     )
+}
+
+/// Calls an inlined instruction callback's closure `callback` before the
+/// instruction at `pc`, as [`run_hook`] calls a hook's one callback.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub(crate) fn call_direct<F: Frontend, C>(
+    callback: &C,
+    vcpu: u32,
+    pc: u64,
+    cpu: &mut F::Cpu,
+    mem: &mut GuestMemory,
+    pending: &AtomicU32,
+    requests: &mut Requests,
+) -> bool
+where
+    C: Fn(&mut CallbackContext<'_>),
+{
+    F::set_pc(cpu, pc);
+    let mut ctx = CallbackContext {
+        vcpu,
+        pc,
+        mem,
+        requests: Requests::default(),
+        registers: CpuRegisters::<F>(cpu),
+    };
+    callback(&mut ctx);
+    requests.merge(ctx.requests);
+    requests.any() || pending.load(Ordering::Relaxed) != 0
+}
+
+/// Calls an inlined memory callback's closure `callback` for access
+/// `info` of the instruction at `pc`, as [`run_mem_hook`] calls a hook's
+/// one memory callback.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub(crate) fn call_mem_direct<C>(
+    callback: &C,
+    vcpu: u32,
+    pc: u64,
+    mem: &mut GuestMemory,
+    info: &MemAccessInfo,
+    pending: &AtomicU32,
+    requests: &mut Requests,
+) -> bool
+where
+    C: Fn(&mut CallbackContext<'_>, &MemAccessInfo),
+{
+    let mut ctx = CallbackContext {
+        pc,
+        ..CallbackContext::new(vcpu, mem)
+    };
+    callback(&mut ctx, info);
+    requests.merge(ctx.requests);
+    requests.any() || pending.load(Ordering::Relaxed) != 0
 }

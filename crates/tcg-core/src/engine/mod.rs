@@ -356,7 +356,7 @@ impl<F: Frontend> Engine<F> {
         // Nothing whose translation depends on CPU state the code may
         // change jumps straight into other blocks.
         let chain = crate::jit::chain_class(generation, &tb).filter(|_| F::TB_FLAGS_FIXED);
-        let plan = crate::jit::plan_code(generation, &tb);
+        let plan = crate::jit::plan_code::<F>(generation, &tb);
         if tb.mode.instrumented() && plan.is_none() {
             // Unreachable: an instrumented block's plan is in the arrays.
             return false;

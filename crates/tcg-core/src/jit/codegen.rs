@@ -25,7 +25,7 @@ use super::runtime::{
 use crate::memory::JitTlb;
 
 mod plan;
-pub(crate) use plan::{HookUse, PlanCode, TallyCode};
+pub(crate) use plan::{HookUse, MemDirect, PlanCode, TallyCode};
 
 /// One function's machine code, not yet in executable memory (see
 /// `code.rs`): made on whichever thread compiles, copied in by the
@@ -525,10 +525,10 @@ impl Lowering<'_, '_> {
                 if let Some(plan) = &self.src.plan {
                     let (hooks, entry) = (plan.hooks, plan.entry);
                     if index == 0 && entry.exec {
-                        self.call_hook(hooks, entry.exec_calls);
+                        self.call_hook(hooks, entry);
                     }
                     if let Some((hook, used)) = self.hook_use(index).filter(|(_, u)| u.exec) {
-                        self.call_hook(hook, used.exec_calls);
+                        self.call_hook(hook, used);
                     }
                 }
                 return None;

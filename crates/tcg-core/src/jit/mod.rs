@@ -35,11 +35,15 @@ use cranelift_frontend::FunctionBuilderContext;
 
 pub use ir::{BinOp, Cond, IrBuilder, UnOp, Value};
 
-use crate::cache::{CompiledAction, CountTally, ExecMode, Generation, NONE, TbHeader, TbOp};
+use crate::cache::{
+    CompiledAction, CompiledMem, CompiledMemKind, CountTally, ExecMode, Generation, NONE, TbHeader,
+    TbOp,
+};
+use crate::engine::Engine;
 use crate::frontend::Frontend;
 use crate::memory::GuestMemory;
 use code::{CodePtr, CodeStore};
-use codegen::{HookUse, MachineCode, PlanCode, TallyCode};
+use codegen::{HookUse, MachineCode, MemDirect, PlanCode, TallyCode};
 pub(crate) use runtime::CompiledEnd;
 use runtime::Helpers;
 use worker::{Done, Job, Worker};
@@ -428,7 +432,10 @@ pub(crate) fn start<Op: Copy>(generation: &Generation<Op>, id: u32, threshold: u
 
 /// What block `tb` of `generation` runs of its plan, for its code; `None`
 /// for a plain block or one whose inline counter the loop applies.
-pub(crate) fn plan_code<Op: Copy>(generation: &Generation<Op>, tb: &TbHeader) -> Option<PlanCode> {
+pub(crate) fn plan_code<F: Frontend>(
+    generation: &Generation<F::Op>,
+    tb: &TbHeader,
+) -> Option<PlanCode> {
     let start = tb.instr_start as usize;
     let len = tb.instr_len as usize;
     let insns = tb.ops_end.saturating_sub(tb.ops_start) as usize;
@@ -461,6 +468,37 @@ pub(crate) fn plan_code<Op: Copy>(generation: &Generation<Op>, tb: &TbHeader) ->
                     .actions
                     .get(from..from + usize::from(h.actions_len))
                     .unwrap_or_default();
+                let exec_direct = match actions {
+                    [CompiledAction::Call { cb }] => generation
+                        .callbacks
+                        .get(*cb as usize)
+                        .and_then(|cb| Engine::<F>::inlined(&**cb))
+                        .map(|l| (l.direct.entry, l.direct.data)),
+                    _ => None,
+                };
+                let from = h.mem_start as usize;
+                let mem_actions = generation
+                    .mem_actions
+                    .get(from..from + usize::from(h.mem_len))
+                    .unwrap_or_default();
+                let mem_direct = match mem_actions {
+                    [
+                        CompiledMem {
+                            filter,
+                            kind: CompiledMemKind::Call { cb },
+                        },
+                    ] => generation
+                        .mem_callbacks
+                        .get(*cb as usize)
+                        .and_then(|cb| Engine::<F>::inlined_mem(&**cb))
+                        .map(|l| MemDirect {
+                            entry: l.direct.entry,
+                            data: l.direct.data,
+                            loads: filter.matches(false),
+                            stores: filter.matches(true),
+                        }),
+                    _ => None,
+                };
                 HookUse {
                     exec: h.actions_len != 0 || h.sole_call != NONE,
                     exec_calls: h.sole_call != NONE
@@ -469,6 +507,8 @@ pub(crate) fn plan_code<Op: Copy>(generation: &Generation<Op>, tb: &TbHeader) ->
                             .any(|a| !matches!(a, CompiledAction::Inline { .. })),
                     mem: h.mem_len != 0,
                     mem_calls: h.mem_calls,
+                    exec_direct,
+                    mem_direct,
                 }
             };
             let (entry, insn_hooks) = hooks.split_first()?;
@@ -477,6 +517,7 @@ pub(crate) fn plan_code<Op: Copy>(generation: &Generation<Op>, tb: &TbHeader) ->
                 entry: HookUse {
                     mem: false,
                     mem_calls: false,
+                    mem_direct: None,
                     ..use_of(entry)
                 },
                 insns: insn_hooks.iter().map(use_of).collect(),
@@ -512,6 +553,26 @@ pub(crate) fn run<F: Frontend>(
         cpu,
         mem,
     )
+}
+
+/// The host function compiled code calls an inlined instruction callback
+/// of closure type `C` through (see `engine::inlined::DirectCall`).
+pub(crate) fn direct_insn_entry<F: Frontend, C>() -> usize
+where
+    C: Fn(&mut crate::instrument::CallbackContext<'_>),
+{
+    let f: extern "C" fn(*mut runtime::JitCtx, usize, u64) = runtime::direct_insn::<F, C>;
+    f as usize
+}
+
+/// As [`direct_insn_entry`], for an inlined memory callback.
+pub(crate) fn direct_mem_entry<C>() -> usize
+where
+    C: Fn(&mut crate::instrument::CallbackContext<'_>, &crate::instrument::MemAccessInfo),
+{
+    let f: extern "C" fn(*mut runtime::JitCtx, usize, u64, u64, u64, u64) =
+        runtime::direct_mem::<C>;
+    f as usize
 }
 
 /// Compiles blocks; one per engine, reused for every block.

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use crate::cache::Generation;
 use crate::engine::jit_hooks;
 use crate::frontend::{CpuExit, Flow, Frontend, sign_extend};
-use crate::instrument::{MemAccessInfo, Requests};
+use crate::instrument::{CallbackContext, MemAccessInfo, Requests};
 use crate::memory::GuestMemory;
 
 /// What a compiled block is passed (one pointer). The generated code reads
@@ -247,19 +247,7 @@ extern "C" fn mem_hook<Op: Copy>(
     let mem = unsafe { &mut *ctx.mem };
     // SAFETY: as in `run_hook`.
     let pending = unsafe { &*ctx.pending };
-    let size = kind as u8;
-    let is_store = kind & MEM_STORE != 0;
-    let info = MemAccessInfo {
-        addr,
-        size,
-        sign_extended: kind & MEM_SIGNED != 0,
-        is_store,
-        value: if is_store && size < 8 {
-            value & ((1u64 << (u32::from(size) * 8)) - 1)
-        } else {
-            value
-        },
-    };
+    let info = access_info(addr, value, kind);
     let leave = jit_hooks::run_mem_hook(
         generation,
         hook as u32,
@@ -306,6 +294,75 @@ extern "C" fn interpret_watched<F: Frontend>(
     ctx.leave |= u64::from(leave);
     ctx.regs = F::jit_registers(cpu).as_mut_ptr();
     flow_to_pc(ctx, flow, pc, len)
+}
+
+/// Compiled code's call of an inlined instruction callback: `data` is
+/// the closure (see `engine::inlined::DirectCall`).
+pub(crate) extern "C" fn direct_insn<F: Frontend, C>(ctx: *mut JitCtx, data: usize, pc: u64)
+where
+    C: Fn(&mut CallbackContext<'_>),
+{
+    // SAFETY: as for the hook helpers; `data` is the address of the `C`
+    // an `InlinedCallback<F, C>` holds, named by the plan the code was
+    // compiled for, hence alive while the code may run.
+    let ctx = unsafe { &mut *ctx };
+    // SAFETY: see above.
+    let callback = unsafe { &*(data as *const C) };
+    // SAFETY: see above.
+    let cpu = unsafe { &mut *ctx.cpu.cast::<F::Cpu>() };
+    // SAFETY: see above.
+    let mem = unsafe { &mut *ctx.mem };
+    // SAFETY: as in `run_hook`.
+    let pending = unsafe { &*ctx.pending };
+    let vcpu = ctx.vcpu as u32;
+    let leave =
+        jit_hooks::call_direct::<F, C>(callback, vcpu, pc, cpu, mem, pending, &mut ctx.requests);
+    ctx.leave |= u64::from(leave);
+    ctx.regs = F::jit_registers(cpu).as_mut_ptr();
+}
+
+/// Compiled code's call of an inlined memory callback (as
+/// `direct_insn`), with the access as `mem_hook` passes it.
+pub(crate) extern "C" fn direct_mem<C>(
+    ctx: *mut JitCtx,
+    data: usize,
+    pc: u64,
+    addr: u64,
+    value: u64,
+    kind: u64,
+) where
+    C: Fn(&mut CallbackContext<'_>, &MemAccessInfo),
+{
+    // SAFETY: as in `direct_insn`.
+    let ctx = unsafe { &mut *ctx };
+    // SAFETY: as in `direct_insn`.
+    let callback = unsafe { &*(data as *const C) };
+    // SAFETY: as in `direct_insn`.
+    let mem = unsafe { &mut *ctx.mem };
+    // SAFETY: as in `run_hook`.
+    let pending = unsafe { &*ctx.pending };
+    let info = access_info(addr, value, kind);
+    let vcpu = ctx.vcpu as u32;
+    let leave =
+        jit_hooks::call_mem_direct(callback, vcpu, pc, mem, &info, pending, &mut ctx.requests);
+    ctx.leave |= u64::from(leave);
+}
+
+/// The access a `mem_hook` call describes.
+fn access_info(addr: u64, value: u64, kind: u64) -> MemAccessInfo {
+    let size = kind as u8;
+    let is_store = kind & MEM_STORE != 0;
+    MemAccessInfo {
+        addr,
+        size,
+        sign_extended: kind & MEM_SIGNED != 0,
+        is_store,
+        value: if is_store && size < 8 {
+            value & ((1u64 << (u32::from(size) * 8)) - 1)
+        } else {
+            value
+        },
+    }
 }
 
 /// An indirect jump's target: the compiled block at `pc` (translated

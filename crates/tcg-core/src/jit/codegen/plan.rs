@@ -5,7 +5,7 @@
 
 use cranelift_codegen::ir::{self, InstBuilder, condcodes::IntCC, types::I64};
 
-use super::super::runtime::{OFF_LEAVE, OFF_REGS, OFF_SCRATCH};
+use super::super::runtime::{MEM_STORE, OFF_LEAVE, OFF_REGS, OFF_SCRATCH};
 use super::{Lowering, trusted};
 
 /// An instrumented block's plan as its code runs it: hooks (actions
@@ -32,6 +32,21 @@ pub(crate) struct HookUse {
     /// Actions at the instruction's accesses; some may be callbacks.
     pub mem: bool,
     pub mem_calls: bool,
+    /// The exec actions are one inlined callback: its direct call
+    /// (`engine::inlined::DirectCall`'s entry and data).
+    pub exec_direct: Option<(usize, usize)>,
+    /// The memory actions are one inlined callback, for loads and/or
+    /// stores: its direct call.
+    pub mem_direct: Option<MemDirect>,
+}
+
+/// A memory hook that is one inlined callback.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MemDirect {
+    pub entry: usize,
+    pub data: usize,
+    pub loads: bool,
+    pub stores: bool,
 }
 
 /// The adds to one scoreboard entry of a tally block: in the executing
@@ -93,18 +108,18 @@ impl Lowering<'_, '_> {
     /// Calls the hook helper for hook `hook` before the instruction at
     /// `pc`; with callbacks, the register file is brought up to date
     /// first (they read it).
-    pub(super) fn call_hook(&mut self, hook: u32, calls: bool) {
-        if calls {
+    pub(super) fn call_hook(&mut self, hook: u32, used: HookUse) {
+        if used.exec_calls {
             self.write_back(false);
             self.insn_calls = true;
         }
-        let hook = self.b.ins().iconst(I64, i64::from(hook));
         let pc = self.b.ins().iconst(I64, self.pc as i64);
-        self.helper(
-            self.src.helpers.run_hook,
-            self.sig_hook,
-            &[self.ctx, hook, pc],
-        );
+        let (helper, first) = match used.exec_direct {
+            Some((entry, data)) => (entry, data as i64),
+            None => (self.src.helpers.run_hook, i64::from(hook)),
+        };
+        let first = self.b.ins().iconst(I64, first);
+        self.helper(helper, self.sig_hook, &[self.ctx, first, pc]);
         // The helper borrowed the register file anew.
         let base = self.b.ins().load(I64, trusted(), self.ctx, OFF_REGS);
         self.b.def_var(self.regs, base);
@@ -118,14 +133,21 @@ impl Lowering<'_, '_> {
         if !used.mem {
             return;
         }
+        let store = kind & MEM_STORE != 0;
+        let (helper, first) = match used.mem_direct {
+            // Its filter does not select this access.
+            Some(d) if !(if store { d.stores } else { d.loads }) => return,
+            Some(d) => (d.entry, d.data as i64),
+            None => (self.src.helpers.mem_hook, i64::from(hook)),
+        };
         self.insn_calls |= used.mem_calls;
-        let hook = self.b.ins().iconst(I64, i64::from(hook));
+        let first = self.b.ins().iconst(I64, first);
         let pc = self.b.ins().iconst(I64, self.pc as i64);
         let kind = self.b.ins().iconst(I64, kind as i64);
         self.helper(
-            self.src.helpers.mem_hook,
+            helper,
             self.sig_mem_hook,
-            &[self.ctx, hook, pc, addr, value, kind],
+            &[self.ctx, first, pc, addr, value, kind],
         );
     }
 
