@@ -20,7 +20,7 @@ use super::JitError;
 use super::ir::{BinOp, Cond, Inst, IrBuilder, UnOp, Value};
 use super::runtime::{
     CHAIN_BUDGET, Helpers, MEM_SIGNED, MEM_STORE, OFF_BUDGET, OFF_EXECUTED, OFF_EXIT_LEN, OFF_REGS,
-    OFF_STATUS, OFF_TLB_READ, OFF_TLB_WRITE, OFF_UNLINKED, OFF_VCPU, size_index,
+    OFF_RESULT, OFF_STATUS, OFF_TLB_READ, OFF_TLB_WRITE, OFF_UNLINKED, OFF_VCPU, size_index,
 };
 use crate::memory::JitTlb;
 
@@ -112,6 +112,8 @@ struct Lowering<'f, 'c> {
     /// Signatures of the helpers, imported once.
     sig_load: ir::SigRef,
     sig_store: ir::SigRef,
+    sig_load_stub: ir::SigRef,
+    sig_store_stub: ir::SigRef,
     sig_interpret: ir::SigRef,
     sig_block: ir::SigRef,
     sig_lookup: ir::SigRef,
@@ -126,6 +128,8 @@ struct Lowering<'f, 'c> {
     /// A callback ran for the current instruction: the block may have to
     /// be left once it is complete.
     insn_calls: bool,
+    /// The data TLBs' tables (read, write), once loaded.
+    tlb_tables: [Option<ir::Value>; 2],
 }
 
 /// Flags for the context and register-file accesses: aligned, never
@@ -201,6 +205,50 @@ pub(crate) fn build_trampoline(
     b.finalize(isa.frontend_config());
 }
 
+/// Builds a stub of Cranelift's `preserve_all` convention that calls the
+/// C-convention memory helper at `target` (a load, or with `store` a
+/// store, see `Helpers::load_stub`), leaving a load's value in
+/// `JitCtx::result`.
+pub(crate) fn build_stub(
+    func: &mut ir::Function,
+    fctx: &mut FunctionBuilderContext,
+    isa: &dyn TargetIsa,
+    target: usize,
+    store: bool,
+) {
+    let params: &[ir::Type] = if store { &[I64; 3] } else { &[I64; 2] };
+    func.signature = stub_signature(store);
+    let mut inner = Signature::new(CallConv::triple_default(isa.triple()));
+    inner
+        .params
+        .extend(params.iter().map(|&t| AbiParam::new(t)));
+    if !store {
+        inner.returns.push(AbiParam::new(I64));
+    }
+    let mut b = FunctionBuilder::new(func, fctx);
+    let entry = b.create_block();
+    b.append_block_params_for_function_params(entry);
+    b.switch_to_block(entry);
+    b.seal_block(entry);
+    let args = b.block_params(entry).to_vec();
+    let sig = b.import_signature(inner);
+    let callee = b.ins().iconst(I64, target as i64);
+    let call = b.ins().call_indirect(sig, callee, &args);
+    if let (Some(&value), Some(&ctx)) = (b.inst_results(call).first(), args.first()) {
+        b.ins().store(trusted(), value, ctx, OFF_RESULT);
+    }
+    b.ins().return_(&[]);
+    b.finalize(isa.frontend_config());
+}
+
+/// The signature compiled code calls a memory stub with.
+fn stub_signature(store: bool) -> Signature {
+    let mut sig = Signature::new(CallConv::PreserveAll);
+    let n = if store { 3 } else { 2 };
+    sig.params.extend((0..n).map(|_| AbiParam::new(I64)));
+    sig
+}
+
 /// Builds the function for `src` into `func`.
 pub(crate) fn build(
     func: &mut ir::Function,
@@ -230,6 +278,8 @@ pub(crate) fn build(
     };
     let sig_load = b.import_signature(helper_sig(&[I64, I64], Some(I64)));
     let sig_store = b.import_signature(helper_sig(&[I64, I64, I64], None));
+    let sig_load_stub = b.import_signature(stub_signature(false));
+    let sig_store_stub = b.import_signature(stub_signature(true));
     let sig_interpret = b.import_signature(helper_sig(&[I64, I64, I64, I64], Some(I64)));
     let sig_lookup = b.import_signature(helper_sig(&[I64, I64, I64], Some(I64)));
     let sig_block = b.import_signature(block_signature());
@@ -260,6 +310,8 @@ pub(crate) fn build(
         src,
         sig_load,
         sig_store,
+        sig_load_stub,
+        sig_store_stub,
         sig_interpret,
         sig_block,
         sig_lookup,
@@ -269,6 +321,7 @@ pub(crate) fn build(
         sig_interpret_watched,
         vcpu,
         insn_calls: false,
+        tlb_tables: [None; 2],
     };
     let mut ended = false;
     for (i, inst) in src.ir.insts.iter().enumerate() {
@@ -405,18 +458,12 @@ impl Lowering<'_, '_> {
         let cell_addr = cells.wrapping_add(cell as usize * 8);
         let cell_addr = self.b.ins().iconst(I64, cell_addr as i64);
         let target = self.b.ins().atomic_load(I64, trusted(), cell_addr);
-        let linked = self.b.ins().icmp_imm_s(IntCC::NotEqual, target, 0);
-        let allowed = self.may_chain();
-        let go = self.b.ins().band(linked, allowed);
-        let chain = self.b.create_block();
         let back = self.b.create_block();
-        self.b.ins().brif(go, chain, &[], back, &[]);
-        self.b.seal_block(chain);
-        self.b.seal_block(back);
-
-        self.b.switch_to_block(chain);
+        self.unless_zero(target, back);
+        self.guard_chain(back);
         self.chain_to(target, total);
 
+        self.b.seal_block(back);
         self.b.switch_to_block(back);
         self.b.set_cold_block(back);
         let marker = self.b.ins().iconst(I64, (marker + cell) as i64);
@@ -435,14 +482,10 @@ impl Lowering<'_, '_> {
             return self.leave(executed, target);
         };
         let total = self.finish_block(executed);
-        let allowed = self.may_chain();
-        let probe = self.b.create_block();
         let back = self.b.create_block();
-        self.b.ins().brif(allowed, probe, &[], back, &[]);
-        self.b.seal_block(probe);
+        self.guard_chain(back);
 
         // The table: slot (target >> 1) mod JUMP_SLOTS, 16 bytes each.
-        self.b.switch_to_block(probe);
         let index = self.b.ins().ushr_imm_u(target, 1);
         let index = self
             .b
@@ -626,21 +669,35 @@ impl Lowering<'_, '_> {
 
     /// The TLB entry for `addr` in the table at context offset `table`,
     /// and whether it holds `addr`'s page with the whole access inside it.
+    ///
+    /// The entry is found from `addr`'s page and compared with the page
+    /// of the access's last byte (QEMU's check): equal only if the entry
+    /// holds `addr`'s page and the access does not cross into the next
+    /// (which maps to another entry).
     fn tlb_probe(&mut self, table: i32, addr: ir::Value, size: u8) -> (ir::Value, ir::Value) {
-        let tlb = self.b.ins().load(I64, trusted(), self.ctx, table);
+        let which = usize::from(table == OFF_TLB_WRITE);
+        let tlb = match self.tlb_tables[which] {
+            Some(tlb) => tlb,
+            None => {
+                // Loaded at the block's first access, on the straight
+                // line every later access is on.
+                let tlb = self.b.ins().load(I64, trusted(), self.ctx, table);
+                self.tlb_tables[which] = Some(tlb);
+                tlb
+            }
+        };
         let vpn = self.b.ins().ushr_imm_u(addr, JitTlb::PAGE_SHIFT);
         let index = self.b.ins().band_imm_u(vpn, (JitTlb::ENTRIES - 1) as i64);
         let offset = self.b.ins().imul_imm_s(index, JitTlb::ENTRY_SIZE);
         let entry = self.b.ins().iadd(tlb, offset);
         let tag = self.b.ins().load(I64, trusted(), entry, JitTlb::TAG);
-        let same_page = self.b.ins().icmp(IntCC::Equal, tag, vpn);
-        let in_page = self.b.ins().band_imm_u(addr, PAGE_MASK as i64);
-        let fits = self.b.ins().icmp_imm_u(
-            IntCC::UnsignedLessThanOrEqual,
-            in_page,
-            (PAGE_MASK + 1 - u64::from(size)) as i64,
-        );
-        let hit = self.b.ins().band(same_page, fits);
+        let last_vpn = if size > 1 {
+            let last = self.b.ins().iadd_imm_s(addr, i64::from(size) - 1);
+            self.b.ins().ushr_imm_u(last, JitTlb::PAGE_SHIFT)
+        } else {
+            vpn
+        };
+        let hit = self.b.ins().icmp(IntCC::Equal, tag, last_vpn);
         (entry, hit)
     }
 
@@ -688,9 +745,14 @@ impl Lowering<'_, '_> {
 
         self.b.switch_to_block(slow);
         self.b.set_cold_block(slow);
-        let v = self
-            .helper(f, self.sig_load, &[self.ctx, addr])
-            .unwrap_or_else(|| self.b.ins().iconst(I64, 0));
+        let stub = self.src.helpers.load_stub[size_index(size)][usize::from(signed)];
+        let v = if stub != 0 {
+            self.helper(stub, self.sig_load_stub, &[self.ctx, addr]);
+            self.b.ins().load(I64, trusted(), self.ctx, OFF_RESULT)
+        } else {
+            self.helper(f, self.sig_load, &[self.ctx, addr])
+                .unwrap_or_else(|| self.b.ins().iconst(I64, 0))
+        };
         self.exit_if_status();
         self.b.ins().jump(join, &[v.into()]);
 
@@ -733,7 +795,10 @@ impl Lowering<'_, '_> {
 
         self.b.switch_to_block(slow);
         self.b.set_cold_block(slow);
-        self.helper(f, self.sig_store, &[self.ctx, addr, value]);
+        match self.src.helpers.store_stub[size_index(size)] {
+            0 => self.helper(f, self.sig_store, &[self.ctx, addr, value]),
+            stub => self.helper(stub, self.sig_store_stub, &[self.ctx, addr, value]),
+        };
         self.exit_if_status();
         self.b.ins().jump(join, &[]);
 

@@ -585,6 +585,10 @@ pub(crate) struct JitCompiler {
     trampoline: MachineCode,
     /// Started on the first background compile.
     worker: Option<Worker>,
+    /// The memory stubs every block's slow paths call (see
+    /// `Helpers::load_stub`), for as long as the compiler lives: longer
+    /// than any generation's code.
+    _stubs: CodeStore,
 }
 
 impl JitCompiler {
@@ -620,13 +624,27 @@ impl JitCompiler {
         let mut fctx = FunctionBuilderContext::new();
         codegen::build_trampoline(&mut ctx.func, &mut fctx, &*isa);
         let trampoline = codegen::emit(&mut ctx, &*isa)?;
+        let mut helpers = Helpers::for_frontend::<F>();
+        let mut stubs = CodeStore::new(isa.clone(), &trampoline)?;
+        let mut stub = |target: usize, store: bool| -> Result<usize, JitError> {
+            codegen::build_stub(&mut ctx.func, &mut fctx, &*isa, target, store);
+            let code = codegen::emit(&mut ctx, &*isa)?;
+            Ok(stubs.define(&code)?.addr())
+        };
+        for size in 0..4 {
+            for signed in 0..2 {
+                helpers.load_stub[size][signed] = stub(helpers.load[size][signed], false)?;
+            }
+            helpers.store_stub[size] = stub(helpers.store[size], true)?;
+        }
         Ok(JitCompiler {
             isa,
-            helpers: Helpers::for_frontend::<F>(),
+            helpers,
             ctx,
             fctx,
             trampoline,
             worker: None,
+            _stubs: stubs,
         })
     }
 

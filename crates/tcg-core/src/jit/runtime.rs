@@ -51,6 +51,8 @@ pub(crate) struct JitCtx {
     leave: u64,
     /// Where an add to a scoreboard row that does not exist goes.
     scratch: u64,
+    /// A load stub's result (stubs return nothing, see `Helpers::load_stub`).
+    result: u64,
     /// The engine's pending signals (an exit asked from elsewhere).
     pending: *const AtomicU32,
     /// What callbacks requested.
@@ -69,6 +71,7 @@ pub(crate) const OFF_TLB_WRITE: i32 = offset_of!(JitCtx, tlb_write) as i32;
 pub(crate) const OFF_VCPU: i32 = offset_of!(JitCtx, vcpu) as i32;
 pub(crate) const OFF_LEAVE: i32 = offset_of!(JitCtx, leave) as i32;
 pub(crate) const OFF_SCRATCH: i32 = offset_of!(JitCtx, scratch) as i32;
+pub(crate) const OFF_RESULT: i32 = offset_of!(JitCtx, result) as i32;
 
 /// Host addresses of the helpers one frontend's compiled code calls.
 #[derive(Clone, Copy, Debug)]
@@ -78,6 +81,13 @@ pub(crate) struct Helpers {
     pub load: [[usize; 2]; 4],
     /// `fn(ctx, addr, value)` per size index.
     pub store: [usize; 4],
+    /// The same, through stubs of Cranelift's `preserve_all` convention
+    /// (0 until made, see `JitCompiler::new`): a block whose only calls
+    /// are these slow paths keeps its values in the registers calls
+    /// clobber, with no callee-saved registers to save and restore on
+    /// every entry. A load stub leaves its value in `JitCtx::result`.
+    pub load_stub: [[usize; 2]; 4],
+    pub store_stub: [usize; 4],
     /// `fn(ctx, op, pc, len) -> next pc`.
     pub interpret: usize,
     /// `fn(ctx, pc, flags) -> code of the compiled block at pc, or 0`.
@@ -122,6 +132,8 @@ impl Helpers {
                 [l(load::<8, false>), l(load::<8, true>)],
             ],
             store: [s(store::<1>), s(store::<2>), s(store::<4>), s(store::<8>)],
+            load_stub: [[0; 2]; 4],
+            store_stub: [0; 4],
             interpret: interpret as usize,
             lookup: lookup as usize,
             run_hook: run_hook as usize,
@@ -460,6 +472,7 @@ pub(crate) fn run<F: Frontend>(
         vcpu: u64::from(vcpu),
         leave: 0,
         scratch: 0,
+        result: 0,
         pending,
         requests: Requests::default(),
         exit: None,

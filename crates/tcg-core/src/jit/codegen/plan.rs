@@ -170,16 +170,28 @@ impl Lowering<'_, '_> {
         self.b.switch_to_block(go_on);
     }
 
-    /// Whether the block may be left straight into another: the chaining
-    /// budget is not spent and no callback of the last instruction asked
-    /// to return to the loop.
-    pub(super) fn may_chain(&mut self) -> ir::Value {
-        let allowed = self.b.ins().icmp_imm_s(IntCC::NotEqual, self.budget, 0);
-        if !self.insn_calls {
-            return allowed;
+    /// Goes on (in a new block) only if the block may be left straight
+    /// into another, else branches to `back`: the chaining budget is not
+    /// spent and no callback of the last instruction asked to return to
+    /// the loop. One branch per condition: Cranelift fuses a compare into
+    /// its branch, not an `and` of two compares.
+    pub(super) fn guard_chain(&mut self, back: ir::Block) {
+        self.unless_zero(self.budget, back);
+        if self.insn_calls {
+            let asked = self.b.ins().load(I64, trusted(), self.ctx, OFF_LEAVE);
+            let go_on = self.b.create_block();
+            self.b.ins().brif(asked, back, &[], go_on, &[]);
+            self.b.seal_block(go_on);
+            self.b.switch_to_block(go_on);
         }
-        let asked = self.b.ins().load(I64, trusted(), self.ctx, OFF_LEAVE);
-        let calm = self.b.ins().icmp_imm_s(IntCC::Equal, asked, 0);
-        self.b.ins().band(allowed, calm)
+    }
+
+    /// Goes on (in a new block) if `v` is not zero, else branches to
+    /// `back`.
+    pub(super) fn unless_zero(&mut self, v: ir::Value, back: ir::Block) {
+        let go_on = self.b.create_block();
+        self.b.ins().brif(v, go_on, &[], back, &[]);
+        self.b.seal_block(go_on);
+        self.b.switch_to_block(go_on);
     }
 }
