@@ -61,6 +61,8 @@ pub(crate) fn emit(ctx: &mut Context, isa: &dyn TargetIsa) -> Result<MachineCode
 /// background compiler.
 pub(crate) struct BlockSource {
     pub ir: IrBuilder,
+    /// The block's guest pc.
+    pub pc: u64,
     /// Host address of the block's copy of its ops, and the size of one.
     pub ops_addr: usize,
     pub op_size: usize,
@@ -99,8 +101,8 @@ struct Lowering<'f, 'c> {
     ctx: ir::Value,
     /// Chained jumps the run may still take, and instructions it executed
     /// before this block (the block's parameters).
-    budget: ir::Value,
-    executed: ir::Value,
+    budget: Variable,
+    executed: Variable,
     regs: Variable,
     slots: Vec<Option<Slot>>,
     values: Vec<Option<ir::Value>>,
@@ -130,6 +132,9 @@ struct Lowering<'f, 'c> {
     insn_calls: bool,
     /// The data TLBs' tables (read, write), once loaded.
     tlb_tables: [Option<ir::Value>; 2],
+    /// The head of the loop a block jumping to its own start is (see
+    /// `Lowering::enter_loop`).
+    loop_head: Option<ir::Block>,
 }
 
 /// Flags for the context and register-file accesses: aligned, never
@@ -295,12 +300,16 @@ pub(crate) fn build(
     let regs = b.declare_var(I64);
     let base = b.ins().load(I64, trusted(), ctx, OFF_REGS);
     b.def_var(regs, base);
+    let budget_var = b.declare_var(I64);
+    b.def_var(budget_var, budget);
+    let executed_var = b.declare_var(I64);
+    b.def_var(executed_var, executed);
 
     let mut l = Lowering {
         b,
         ctx,
-        budget,
-        executed,
+        budget: budget_var,
+        executed: executed_var,
         regs,
         slots: vec![None; src.ir.regs_used as usize],
         values: vec![None; src.ir.insts.len()],
@@ -322,7 +331,9 @@ pub(crate) fn build(
         vcpu,
         insn_calls: false,
         tlb_tables: [None; 2],
+        loop_head: None,
     };
+    l.enter_loop();
     let mut ended = false;
     for (i, inst) in src.ir.insts.iter().enumerate() {
         if let Some(v) = l.lower(*inst) {
@@ -340,10 +351,79 @@ pub(crate) fn build(
             None => l.leave_chained(executed, src.fallthrough, 0),
         }
     }
+    if let Some(head) = l.loop_head {
+        l.b.seal_block(head);
+    }
     l.b.finalize(isa.frontend_config());
 }
 
 impl Lowering<'_, '_> {
+    /// A block that jumps back to its own start (a loop of one block)
+    /// jumps within its function, its guest registers staying in host
+    /// registers from one iteration to the next: every slot it reads or
+    /// writes is loaded before the loop's head and counts as written from
+    /// there on. Not for blocks that call the interpreter (which reads and
+    /// writes the register file itself) or may not chain.
+    fn enter_loop(&mut self) {
+        let ir = &self.src.ir;
+        let loops = self.src.chain.is_some()
+            && !ir.insts.iter().any(|i| matches!(i, Inst::Interpret { .. }))
+            && ir.insts.iter().any(|i| match *i {
+                Inst::Jump(target) => self.const_of(target) == Some(self.src.pc),
+                Inst::Branch { taken, .. } => taken == self.src.pc,
+                _ => false,
+            });
+        if !loops {
+            return;
+        }
+        let mut used: Vec<u16> = ir
+            .insts
+            .iter()
+            .filter_map(|i| match *i {
+                Inst::ReadReg(slot) | Inst::WriteReg(slot, _) => Some(slot),
+                _ => None,
+            })
+            .collect();
+        used.sort_unstable();
+        used.dedup();
+        for &slot in &used {
+            self.read_reg(slot);
+        }
+        let head = self.b.create_block();
+        self.b.ins().jump(head, &[]);
+        self.b.switch_to_block(head);
+        for &slot in &used {
+            let mut s = self.slot(slot);
+            s.dirty = true;
+            self.set_slot(slot, s);
+        }
+        self.loop_head = Some(head);
+    }
+
+    /// The jump back to the loop's head after `executed` instructions of
+    /// an iteration (see `enter_loop`): counted and added as on any way
+    /// out, and taken while the chaining budget lasts and no callback
+    /// asked to leave; else back to the vCPU loop at the block's start.
+    fn loop_back(&mut self, executed: u32, head: ir::Block) {
+        self.add_tallies(executed);
+        let before = self.b.use_var(self.executed);
+        let total = self.b.ins().iadd_imm_s(before, i64::from(executed));
+        self.b.def_var(self.executed, total);
+        let back = self.b.create_block();
+        self.guard_chain(back);
+        let budget = self.b.use_var(self.budget);
+        let left = self.b.ins().iadd_imm_s(budget, -1);
+        self.b.def_var(self.budget, left);
+        self.b.ins().jump(head, &[]);
+
+        self.b.seal_block(back);
+        self.b.switch_to_block(back);
+        self.b.set_cold_block(back);
+        self.write_back(false);
+        let pc = self.b.ins().iconst(I64, self.src.pc as i64);
+        self.return_to_host(total, pc);
+    }
+
     fn value(&mut self, v: Value) -> ir::Value {
         match self.values.get(v.0 as usize).copied().flatten() {
             Some(v) => v,
@@ -417,7 +497,8 @@ impl Lowering<'_, '_> {
     fn finish_block(&mut self, executed: u32) -> ir::Value {
         self.write_back(false);
         self.add_tallies(executed);
-        self.b.ins().iadd_imm_s(self.executed, i64::from(executed))
+        let before = self.b.use_var(self.executed);
+        self.b.ins().iadd_imm_s(before, i64::from(executed))
     }
 
     /// Back to the host: the run's counters into the context.
@@ -425,9 +506,8 @@ impl Lowering<'_, '_> {
         self.b
             .ins()
             .store(trusted(), executed, self.ctx, OFF_EXECUTED);
-        self.b
-            .ins()
-            .store(trusted(), self.budget, self.ctx, OFF_BUDGET);
+        let budget = self.b.use_var(self.budget);
+        self.b.ins().store(trusted(), budget, self.ctx, OFF_BUDGET);
         self.b.ins().return_(&[pc]);
     }
 
@@ -439,7 +519,8 @@ impl Lowering<'_, '_> {
 
     /// Jumps into the block at `code` (its counters passed along).
     fn chain_to(&mut self, code: ir::Value, executed: ir::Value) {
-        let left = self.b.ins().iadd_imm_s(self.budget, -1);
+        let budget = self.b.use_var(self.budget);
+        let left = self.b.ins().iadd_imm_s(budget, -1);
         self.b
             .ins()
             .return_call_indirect(self.sig_block, code, &[self.ctx, left, executed]);
@@ -450,6 +531,9 @@ impl Lowering<'_, '_> {
     /// budget allows, else back to the vCPU loop, saying which cell was
     /// empty so that it can be linked.
     fn leave_chained(&mut self, executed: u32, next: u64, cell: u64) {
+        if let Some(head) = self.loop_head.filter(|_| next == self.src.pc) {
+            return self.loop_back(executed, head);
+        }
         let Some((cells, marker)) = self.src.chain else {
             let pc = self.b.ins().iconst(I64, next as i64);
             return self.leave(executed, pc);

@@ -701,6 +701,7 @@ impl JitCompiler {
         let cells: Box<[AtomicUsize; 2]> = Box::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
         let src = codegen::BlockSource {
             ir,
+            pc: tb.pc,
             ops_addr: boxed.as_ptr() as usize,
             op_size: std::mem::size_of::<F::Op>(),
             helpers: self.helpers,

@@ -176,7 +176,8 @@ impl Lowering<'_, '_> {
     /// the loop. One branch per condition: Cranelift fuses a compare into
     /// its branch, not an `and` of two compares.
     pub(super) fn guard_chain(&mut self, back: ir::Block) {
-        self.unless_zero(self.budget, back);
+        let budget = self.b.use_var(self.budget);
+        self.unless_zero(budget, back);
         if self.insn_calls {
             let asked = self.b.ins().load(I64, trusted(), self.ctx, OFF_LEAVE);
             let go_on = self.b.create_block();
