@@ -5,7 +5,7 @@
 use cranelift_codegen::ir::Signature;
 use cranelift_codegen::isa::{CallConv, OwnedTargetIsa};
 use cranelift_jit::{JITBuilder, JITModule};
-use cranelift_module::Module;
+use cranelift_module::{FuncId, Module};
 
 use super::JitError;
 use super::codegen::MachineCode;
@@ -24,6 +24,10 @@ impl CodePtr {
         self.0
     }
 }
+
+/// Code copied into a store, not yet executable (see [`CodeStore::place`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Placed(FuncId);
 
 /// The code memory of one generation.
 pub(crate) struct CodeStore {
@@ -51,6 +55,15 @@ impl CodeStore {
 
     /// Copies `code` in and makes it executable.
     pub(crate) fn define(&mut self, code: &MachineCode) -> Result<CodePtr, JitError> {
+        let placed = self.place(code)?;
+        self.finish()?;
+        self.address(placed)
+    }
+
+    /// Copies `code` in, executable only after the next
+    /// [`CodeStore::finish`]: a batch of blocks then shares pages and one
+    /// change of protection.
+    pub(crate) fn place(&mut self, code: &MachineCode) -> Result<Placed, JitError> {
         let module = self.module.as_mut().ok_or(JitError::Freed)?;
         // The declared signature is only used by calls between functions
         // of the module, which the code never makes.
@@ -61,10 +74,21 @@ impl CodeStore {
             .define_function_bytes(id, code.align, &code.bytes, &[])
             .map_err(|e| JitError::Module(format!("{e:?}")))?;
         self.code_bytes += code.bytes.len();
+        Ok(Placed(id))
+    }
+
+    /// Makes everything placed so far executable.
+    pub(crate) fn finish(&mut self) -> Result<(), JitError> {
+        let module = self.module.as_mut().ok_or(JitError::Freed)?;
         module
             .finalize_definitions()
-            .map_err(|e| JitError::Module(e.to_string()))?;
-        Ok(CodePtr(module.get_finalized_function(id) as usize))
+            .map_err(|e| JitError::Module(e.to_string()))
+    }
+
+    /// Where placed code is, once finished.
+    pub(crate) fn address(&self, placed: Placed) -> Result<CodePtr, JitError> {
+        let module = self.module.as_ref().ok_or(JitError::Freed)?;
+        Ok(CodePtr(module.get_finalized_function(placed.0) as usize))
     }
 
     /// Runs the block `code` of this store.

@@ -42,7 +42,7 @@ use crate::cache::{
 use crate::engine::Engine;
 use crate::frontend::Frontend;
 use crate::memory::GuestMemory;
-use code::{CodePtr, CodeStore};
+use code::{CodePtr, CodeStore, Placed};
 use codegen::{HookUse, MachineCode, MemDirect, PlanCode, TallyCode};
 pub(crate) use runtime::CompiledEnd;
 use runtime::Helpers;
@@ -761,15 +761,31 @@ impl JitCompiler {
     /// for other instances are dropped: their generation was cleared).
     /// Returns how many blocks got code.
     pub(crate) fn poll<Op: Copy>(&mut self, blocks: &mut JitBlocks<Op>) -> usize {
-        let mut published = 0;
+        let mut placed = Vec::new();
         while let Some(Done {
             instance,
             index,
             code,
         }) = self.worker.as_mut().and_then(Worker::try_recv)
         {
-            if instance == blocks.instance && matches!(self.publish(blocks, index, code), Ok(true))
+            if instance == blocks.instance
+                && let Some(p) = self.place(blocks, index, code)
             {
+                placed.push((index, p));
+            }
+        }
+        if placed.is_empty() {
+            return 0;
+        }
+        // One change of protection for the batch.
+        let finished = blocks.store.as_mut().map(CodeStore::finish);
+        let mut published = 0;
+        for (index, p) in placed {
+            let ptr = match (&finished, &blocks.store) {
+                (Some(Ok(())), Some(store)) => store.address(p).ok(),
+                _ => None,
+            };
+            if Self::set_code(blocks, index, ptr) {
                 published += 1;
             }
         }
@@ -784,33 +800,54 @@ impl JitCompiler {
         index: u32,
         code: Result<MachineCode, JitError>,
     ) -> Result<bool, JitError> {
-        let Some(entry) = blocks.compiled.get_mut(index as usize) else {
-            return Ok(false);
-        };
+        let ptr = self.place(blocks, index, code).and_then(|p| {
+            let store = blocks.store.as_mut()?;
+            store.finish().ok()?;
+            store.address(p).ok()
+        });
+        Ok(Self::set_code(blocks, index, ptr))
+    }
+
+    /// Copies compiled block `index`'s code into `blocks`' store (made
+    /// on first use), not yet executable; `None` if it failed.
+    fn place<Op: Copy>(
+        &mut self,
+        blocks: &mut JitBlocks<Op>,
+        index: u32,
+        code: Result<MachineCode, JitError>,
+    ) -> Option<Placed> {
+        let entry = blocks.compiled.get_mut(index as usize)?;
         entry.pending = false;
-        let tb = entry.tb as usize;
         let placed = code.and_then(|code| {
             if blocks.store.is_none() {
                 blocks.store = Some(CodeStore::new(self.isa.clone(), &self.trampoline)?);
             }
-            blocks.store.as_mut().ok_or(JitError::Freed)?.define(&code)
+            blocks.store.as_mut().ok_or(JitError::Freed)?.place(&code)
         });
-        let entry = blocks.compiled.get_mut(index as usize);
-        match (placed, entry) {
-            (Ok(ptr), Some(entry)) => {
+        placed.ok()
+    }
+
+    /// Makes `ptr` block `index`'s code, or with `None` leaves the block
+    /// to the interpreter for good. Returns whether it has code now.
+    fn set_code<Op: Copy>(blocks: &mut JitBlocks<Op>, index: u32, ptr: Option<CodePtr>) -> bool {
+        let Some(entry) = blocks.compiled.get_mut(index as usize) else {
+            return false;
+        };
+        match ptr {
+            Some(ptr) => {
                 // Before the code is reachable: `run` checks the register
                 // file against it.
                 blocks.regs_used = blocks.regs_used.max(entry.regs_used);
                 entry.code = Some(ptr);
-                Ok(true)
+                true
             }
-            (Err(e), _) => {
+            None => {
+                let tb = entry.tb as usize;
                 if let Some(c) = blocks.code.get_mut(tb) {
                     *c = NOT_COMPILED;
                 }
-                Err(e)
+                false
             }
-            (Ok(_), None) => Ok(false),
         }
     }
 }

@@ -9,6 +9,8 @@
 //! when it next meets the block (see `JitCompiler::poll`). A result for a
 //! generation that has since been cleared is dropped unseen.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
 use std::thread::JoinHandle;
 
@@ -42,6 +44,11 @@ pub(crate) struct Worker {
     thread: Option<JoinHandle<()>>,
     /// Jobs sent and not yet received back.
     pub(crate) in_flight: usize,
+    /// Jobs the thread has finished, and how many of them were received:
+    /// one load tells whether a result waits, cheaper than asking the
+    /// channel (a vCPU asks each time it enters a block still waiting).
+    finished: Arc<AtomicUsize>,
+    received: usize,
 }
 
 impl Worker {
@@ -49,15 +56,19 @@ impl Worker {
     pub(crate) fn spawn(isa: OwnedTargetIsa) -> Result<Self, JitError> {
         let (jobs, job_rx) = channel::<Job>();
         let (done_tx, done) = channel::<Done>();
+        let finished = Arc::new(AtomicUsize::new(0));
+        let count = Arc::clone(&finished);
         let thread = std::thread::Builder::new()
             .name("tcgkit-jit".to_owned())
-            .spawn(move || compile_loop(&isa, &job_rx, &done_tx))
+            .spawn(move || compile_loop(&isa, &job_rx, &done_tx, &count))
             .map_err(|e| JitError::Module(format!("starting the compiler thread: {e}")))?;
         Ok(Worker {
             jobs: Some(jobs),
             done,
             thread: Some(thread),
             in_flight: 0,
+            finished,
+            received: 0,
         })
     }
 
@@ -70,6 +81,8 @@ impl Worker {
             done,
             thread: None,
             in_flight: 0,
+            finished: Arc::new(AtomicUsize::new(0)),
+            received: 0,
         }
     }
 
@@ -89,12 +102,13 @@ impl Worker {
 
     /// A finished job, if one is waiting.
     pub(crate) fn try_recv(&mut self) -> Option<Done> {
-        if self.in_flight == 0 {
+        if self.in_flight == 0 || self.finished.load(Ordering::Acquire) == self.received {
             return None;
         }
         match self.done.try_recv() {
             Ok(done) => {
                 self.in_flight -= 1;
+                self.received += 1;
                 Some(done)
             }
             Err(TryRecvError::Empty) => None,
@@ -118,7 +132,12 @@ impl Drop for Worker {
     }
 }
 
-fn compile_loop(isa: &OwnedTargetIsa, jobs: &Receiver<Job>, done: &Sender<Done>) {
+fn compile_loop(
+    isa: &OwnedTargetIsa,
+    jobs: &Receiver<Job>,
+    done: &Sender<Done>,
+    finished: &AtomicUsize,
+) {
     let mut ctx = Context::new();
     let mut fctx = FunctionBuilderContext::new();
     while let Ok(job) = jobs.recv() {
@@ -133,5 +152,7 @@ fn compile_loop(isa: &OwnedTargetIsa, jobs: &Receiver<Job>, done: &Sender<Done>)
         if done.send(result).is_err() {
             break;
         }
+        // After the send: a vCPU that sees the count finds the result.
+        finished.fetch_add(1, Ordering::Release);
     }
 }
