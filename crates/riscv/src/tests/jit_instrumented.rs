@@ -289,3 +289,68 @@ fn flushing_from_compiled_code_agrees() {
         agree(every, 2, true);
     }
 }
+
+/// Counts blocks with an inline add on entry: the interpreter runs such
+/// blocks in runs, going on from one into the next without the vCPU loop.
+struct CountBlocks {
+    board: Arc<Scoreboard>,
+}
+
+impl Instrumentation for CountBlocks {
+    fn translate(&self, _tb: &TbView<'_>, plan: &mut TbPlan) {
+        plan.on_entry(Action::Inline(InlineOp {
+            board: &self.board,
+            slot: 0,
+            kind: InlineKind::Add(1),
+        }));
+    }
+}
+
+/// Blocks the interpreter reaches only inside its runs still become hot
+/// and compile: a loop of three blocks gets all three compiled, and the
+/// block count is the interpreter's.
+#[test]
+fn blocks_inside_interpreted_runs_get_compiled() {
+    let code = [
+        enc::addi(COUNTER, 0, 200),
+        // loop: a, then over one instruction to b, then c
+        enc::addi(6, 6, 1),
+        enc::b(1, 0, 6, 8),
+        enc::addi(7, 7, 1),
+        enc::addi(7, 7, 2),
+        enc::b(0, 0, 0, 4),
+        enc::addi(COUNTER, COUNTER, -1),
+        enc::b(1, COUNTER, 0, -24),
+        enc::ECALL,
+    ];
+    let bytes: Vec<u8> = code.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let count = |jit: JitConfig| {
+        let mut mem = GuestMemory::new();
+        mem.map(CODE, 0x4000, Perms::READ | Perms::EXEC).unwrap();
+        mem.write_initial(CODE, &bytes).unwrap();
+        let mut cpu = Cpu::new();
+        cpu.set_pc(CODE);
+        let counter = Arc::new(CountBlocks {
+            board: Arc::new(Scoreboard::new(1, 1)),
+        });
+        let mut engine = Engine::new(Rv64::new());
+        engine.set_jit(jit).unwrap();
+        engine.set_instrumentation(Some(Arc::clone(&counter) as Arc<dyn Instrumentation>));
+        engine.run(&mut cpu, &mut mem);
+        (counter.board.get(0, 0), cpu.x(7), engine.stats())
+    };
+    let (interp_blocks, interp_x7, _) = count(JitConfig::OFF);
+    let config = JitConfig {
+        enabled: true,
+        threshold: 5,
+        background: false,
+    };
+    let (blocks, x7, stats) = count(config);
+    assert_eq!((blocks, x7), (interp_blocks, interp_x7));
+    assert!(stats.blocks_compiled >= 3, "{stats:?}");
+    assert!(
+        stats.compiled_blocks_executed > 400,
+        "{} compiled runs",
+        stats.compiled_blocks_executed
+    );
+}

@@ -339,6 +339,17 @@ impl<F: Frontend> Engine<F> {
         {
             return None;
         }
-        generation.chained(id, next_pc, flags)
+        let (next, tb) = generation.chained(id, next_pc, flags)?;
+        let jit = signals.jit_threshold.load(Ordering::Relaxed);
+        if jit != 0 {
+            // With the JIT, a run goes on only into blocks that stay
+            // interpreted for now: the vCPU loop compiles a block that
+            // became hot and runs one that has code.
+            let start = crate::jit::start(generation, next, jit - 1);
+            if start != crate::jit::Start::Run || crate::jit::code_of(generation, next).is_some() {
+                return None;
+            }
+        }
+        Some((next, tb))
     }
 }

@@ -311,6 +311,14 @@ impl<F: Frontend> Engine<F> {
             self.jit = Some(JitCompiler::new::<F>()?);
         }
         self.jit_config = config;
+        let threshold = if config.enabled {
+            config.threshold.saturating_add(1)
+        } else {
+            0
+        };
+        self.signals
+            .jit_threshold
+            .store(threshold, Ordering::Relaxed);
         if let Some(last) = self.current.tbs.len().checked_sub(1) {
             self.current.jit.ensure(last as u32);
         }

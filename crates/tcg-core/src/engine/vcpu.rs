@@ -30,6 +30,10 @@ pub(super) const PENDING_REINSTRUMENT: u32 = 4;
 #[derive(Default)]
 pub(super) struct Signals {
     pub(super) pending: AtomicU32,
+    /// With the JIT on, its threshold plus one (0: off): the interpreter's
+    /// runs count the starts of the blocks they go on into and end where
+    /// the vCPU loop should compile or run compiled code.
+    pub(super) jit_threshold: AtomicU32,
 }
 
 /// Asks a running engine to leave [`Engine::run`] at the next block
