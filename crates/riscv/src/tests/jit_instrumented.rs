@@ -156,6 +156,9 @@ impl Instrumentation for Watch {
         for insn in plan.insns() {
             if insn.index() % 3 == phase % 3 {
                 insn.on_execute(Action::Callback(&self.insn));
+            } else if insn.index() != 1 {
+                // Hooks of inline operations only (compiled inline).
+                insn.on_execute(add(1));
             }
             if insn.index() == 1 {
                 let when = Condition {

@@ -25,7 +25,7 @@ use super::runtime::{
 use crate::memory::JitTlb;
 
 mod plan;
-pub(crate) use plan::{HookUse, MemDirect, PlanCode, TallyCode};
+pub(crate) use plan::{Cell, CellOp, HookUse, MemDirect, PlanCode, TallyCode};
 
 /// One function's machine code, not yet in executable memory (see
 /// `code.rs`): made on whichever thread compiles, copied in by the
@@ -294,7 +294,7 @@ pub(crate) fn build(
     let vcpu = src
         .plan
         .as_ref()
-        .filter(|p| !p.tallies.is_empty())
+        .filter(|p| !p.tallies.is_empty() || p.inline.iter().any(|ops| !ops.is_empty()))
         .map(|_| b.ins().load(I64, trusted(), ctx, OFF_VCPU));
 
     let regs = b.declare_var(I64);
@@ -651,9 +651,13 @@ impl Lowering<'_, '_> {
                 self.interpreted_next = None;
                 if let Some(plan) = &self.src.plan {
                     let (hooks, entry) = (plan.hooks, plan.entry);
-                    if index == 0 && entry.exec {
-                        self.call_hook(hooks, entry);
+                    if index == 0 {
+                        self.inline_ops(0);
+                        if entry.exec {
+                            self.call_hook(hooks, entry);
+                        }
                     }
+                    self.inline_ops(index as usize + 1);
                     if let Some((hook, used)) = self.hook_use(index).filter(|(_, u)| u.exec) {
                         self.call_hook(hook, used);
                     }

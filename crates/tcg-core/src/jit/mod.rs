@@ -43,7 +43,7 @@ use crate::engine::Engine;
 use crate::frontend::Frontend;
 use crate::memory::GuestMemory;
 use code::{CodePtr, CodeStore, Placed};
-use codegen::{HookUse, MachineCode, MemDirect, PlanCode, TallyCode};
+use codegen::{Cell, CellOp, HookUse, MachineCode, MemDirect, PlanCode, TallyCode};
 pub(crate) use runtime::CompiledEnd;
 use runtime::Helpers;
 use worker::{Done, Job, Worker};
@@ -451,10 +451,12 @@ pub(crate) fn plan_code<F: Frontend>(
                 }
                 let from = t.sums_start as usize;
                 plan.tallies.push(TallyCode {
-                    cells,
-                    slots: slots as u64,
-                    rows: rows as u64,
-                    slot: u64::from(t.slot),
+                    cell: Cell {
+                        cells,
+                        slots: slots as u64,
+                        rows: rows as u64,
+                        slot: u64::from(t.slot),
+                    },
                     prefix: generation.tally_sums.get(from..from + insns)?.to_vec(),
                 });
             }
@@ -462,12 +464,43 @@ pub(crate) fn plan_code<F: Frontend>(
         }
         _ => {
             let hooks = generation.hooks.get(start..start + len)?;
-            let use_of = |h: &crate::cache::InsnHook| {
+            let actions_of = |h: &crate::cache::InsnHook| {
                 let from = h.actions_start as usize;
-                let actions = generation
+                generation
                     .actions
                     .get(from..from + usize::from(h.actions_len))
-                    .unwrap_or_default();
+                    .unwrap_or_default()
+            };
+            // A hook of inline operations only runs them inline.
+            let inline_of = |h: &crate::cache::InsnHook| -> Option<Vec<CellOp>> {
+                if h.sole_call != NONE {
+                    return None;
+                }
+                let mut ops = Vec::new();
+                for action in actions_of(h) {
+                    let CompiledAction::Inline { board, slot, kind } = *action else {
+                        return None;
+                    };
+                    // An operation past the board's row does nothing.
+                    let Some(board) = generation.boards.get(board as usize) else {
+                        continue;
+                    };
+                    let (cells, slots, rows) = board.layout();
+                    if slot as usize >= slots {
+                        continue;
+                    }
+                    let cell = Cell {
+                        cells,
+                        slots: slots as u64,
+                        rows: rows as u64,
+                        slot: u64::from(slot),
+                    };
+                    ops.push(CellOp { cell, kind });
+                }
+                Some(ops)
+            };
+            let use_of = |h: &crate::cache::InsnHook| {
+                let actions = actions_of(h);
                 let exec_direct = match actions {
                     [CompiledAction::Call { cb }] => generation
                         .callbacks
@@ -500,7 +533,7 @@ pub(crate) fn plan_code<F: Frontend>(
                     _ => None,
                 };
                 HookUse {
-                    exec: h.actions_len != 0 || h.sole_call != NONE,
+                    exec: (h.actions_len != 0 || h.sole_call != NONE) && inline_of(h).is_none(),
                     exec_calls: h.sole_call != NONE
                         || actions
                             .iter()
@@ -521,6 +554,10 @@ pub(crate) fn plan_code<F: Frontend>(
                     ..use_of(entry)
                 },
                 insns: insn_hooks.iter().map(use_of).collect(),
+                inline: hooks
+                    .iter()
+                    .map(|h| inline_of(h).unwrap_or_default())
+                    .collect(),
                 tallies: Vec::new(),
             })
         }

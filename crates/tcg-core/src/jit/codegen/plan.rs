@@ -7,6 +7,7 @@ use cranelift_codegen::ir::{self, InstBuilder, condcodes::IntCC, types::I64};
 
 use super::super::runtime::{MEM_STORE, OFF_LEAVE, OFF_REGS, OFF_SCRATCH};
 use super::{Lowering, trusted};
+use crate::instrument::InlineKind;
 
 /// An instrumented block's plan as its code runs it: hooks (actions
 /// before instructions, memory actions at accesses) through helper calls,
@@ -20,7 +21,28 @@ pub(crate) struct PlanCode {
     pub entry: HookUse,
     /// Per instruction.
     pub insns: Vec<HookUse>,
+    /// The inline operations of hooks that hold nothing else, run inline:
+    /// per hook, 0 for the entry hook and `i + 1` for instruction `i`'s
+    /// (empty for a hook run through a helper).
+    pub inline: Vec<Vec<CellOp>>,
     pub tallies: Vec<TallyCode>,
+}
+
+/// A scoreboard cell of the executing vCPU's row and what to do to it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CellOp {
+    pub cell: Cell,
+    pub kind: InlineKind,
+}
+
+/// Where one entry of a scoreboard is, for compiled code.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Cell {
+    /// Address of the board's first cell, its row length and rows.
+    pub cells: usize,
+    pub slots: u64,
+    pub rows: u64,
+    pub slot: u64,
 }
 
 /// What one hook holds.
@@ -54,11 +76,7 @@ pub(crate) struct MemDirect {
 /// instructions.
 #[derive(Debug)]
 pub(crate) struct TallyCode {
-    /// Address of the board's first cell, its row length and rows.
-    pub cells: usize,
-    pub slots: u64,
-    pub rows: u64,
-    pub slot: u64,
+    pub cell: Cell,
     pub prefix: Vec<u64>,
 }
 
@@ -75,27 +93,49 @@ impl Lowering<'_, '_> {
             let Some(&amount) = t.prefix.get(last).or(t.prefix.last()) else {
                 continue;
             };
-            if amount == 0 {
-                continue;
+            if amount != 0 {
+                self.cell_op(vcpu, t.cell, InlineKind::Add(amount));
             }
-            // The cell in the vCPU's row, or the context's scratch word
-            // for a vCPU past the board (whose adds QEMU drops too).
-            let row = self.b.ins().imul_imm_s(vcpu, (t.slots * 8) as i64);
-            let base = self
-                .b
-                .ins()
-                .iconst(I64, (t.cells as u64 + t.slot * 8) as i64);
-            let cell = self.b.ins().iadd(base, row);
-            let scratch = self.b.ins().iadd_imm_s(self.ctx, i64::from(OFF_SCRATCH));
-            let inside = self
-                .b
-                .ins()
-                .icmp_imm_u(IntCC::UnsignedLessThan, vcpu, t.rows as i64);
-            let cell = self.b.ins().select(inside, cell, scratch);
-            let old = self.b.ins().load(I64, trusted(), cell, 0);
-            let new = self.b.ins().iadd_imm_s(old, amount as i64);
-            self.b.ins().store(trusted(), new, cell, 0);
         }
+    }
+
+    /// Runs hook `pos`'s inline operations (0: the entry hook, `i + 1`:
+    /// instruction `i`'s), if it is one run inline.
+    pub(super) fn inline_ops(&mut self, pos: usize) {
+        let (Some(plan), Some(vcpu)) = (&self.src.plan, self.vcpu) else {
+            return;
+        };
+        let Some(ops) = plan.inline.get(pos) else {
+            return;
+        };
+        for op in ops.clone() {
+            self.cell_op(vcpu, op.cell, op.kind);
+        }
+    }
+
+    /// `kind` on `cell` in `vcpu`'s row, or on the context's scratch word
+    /// for a vCPU past the board (whose operations QEMU drops too).
+    fn cell_op(&mut self, vcpu: ir::Value, cell: Cell, kind: InlineKind) {
+        let row = self.b.ins().imul_imm_s(vcpu, (cell.slots * 8) as i64);
+        let base = self
+            .b
+            .ins()
+            .iconst(I64, (cell.cells as u64 + cell.slot * 8) as i64);
+        let addr = self.b.ins().iadd(base, row);
+        let scratch = self.b.ins().iadd_imm_s(self.ctx, i64::from(OFF_SCRATCH));
+        let inside = self
+            .b
+            .ins()
+            .icmp_imm_u(IntCC::UnsignedLessThan, vcpu, cell.rows as i64);
+        let addr = self.b.ins().select(inside, addr, scratch);
+        let new = match kind {
+            InlineKind::Add(amount) => {
+                let old = self.b.ins().load(I64, trusted(), addr, 0);
+                self.b.ins().iadd_imm_s(old, amount as i64)
+            }
+            InlineKind::Store(value) => self.b.ins().iconst(I64, value as i64),
+        };
+        self.b.ins().store(trusted(), new, addr, 0);
     }
 
     /// The hook of instruction `index` (`None`: no plan).
