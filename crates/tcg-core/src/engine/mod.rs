@@ -347,6 +347,17 @@ impl<F: Frontend> Engine<F> {
                 return published != 0 && crate::jit::code_of(generation, id).is_some();
             }
             Start::Stale => {
+                if let Some(tb) = generation.tbs.get(id as usize).copied() {
+                    let class =
+                        crate::jit::chain_class(generation, &tb).filter(|_| F::TB_FLAGS_FIXED);
+                    let plan = crate::jit::plan_code::<F>(generation, &tb);
+                    if generation
+                        .jit
+                        .renew(id, tb.mode, class, &plan, tb.plan_version)
+                    {
+                        return true;
+                    }
+                }
                 generation.jit.forget(id);
                 return false;
             }

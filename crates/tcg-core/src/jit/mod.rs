@@ -127,6 +127,8 @@ struct Compiled<Op> {
     /// compiled in runs only while its block is planned so.
     mode: ExecMode,
     plan_version: u32,
+    /// What of the plan the code bakes in (see [`JitBlocks::renew`]).
+    plan: Option<PlanCode>,
 }
 
 /// One entry of the indirect-jump table: a guest pc and the code of the
@@ -229,6 +231,34 @@ impl<Op: Copy> JitBlocks<Op> {
     fn compiled(&self, id: u32) -> Option<&Compiled<Op>> {
         let i = *self.code.get(id as usize)?;
         self.compiled.get(i as usize).filter(|c| c.code.is_some())
+    }
+
+    /// Lets block `id`'s code, compiled under an older plan version, run
+    /// under `plan_version` if the block's plan is now `plan` (of `mode`
+    /// and chain class `class`) and the code was compiled from the same:
+    /// it reads everything else of the plan (which callback a hook calls,
+    /// say) when it runs. A plugin that re-registers alike after a reset
+    /// then keeps its compiled code. Returns whether it did.
+    pub(crate) fn renew(
+        &mut self,
+        id: u32,
+        mode: ExecMode,
+        class: Option<ChainClass>,
+        plan: &Option<PlanCode>,
+        plan_version: u32,
+    ) -> bool {
+        let Some(&i) = self.code.get(id as usize) else {
+            return false;
+        };
+        match self.compiled.get_mut(i as usize) {
+            Some(c)
+                if c.code.is_some() && c.mode == mode && c.class == class && c.plan == *plan =>
+            {
+                c.plan_version = plan_version;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Makes block `id` run interpreted until it is hot again, then
@@ -753,6 +783,7 @@ impl JitCompiler {
             plan,
         };
         let regs_used = src.ir.regs_used;
+        let baked = src.plan.clone();
         blocks.compiled.push(Compiled {
             code: None,
             pending: true,
@@ -763,6 +794,7 @@ impl JitCompiler {
             regs_used,
             mode: tb.mode,
             plan_version: tb.plan_version,
+            plan: baked,
         });
         if let Some(c) = blocks.code.get_mut(slot) {
             *c = index;

@@ -13,7 +13,7 @@ use crate::instrument::InlineKind;
 /// before instructions, memory actions at accesses) through helper calls,
 /// and the adds of a block of inline adds only (`ExecMode::Tally`) inline
 /// at each way out.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct PlanCode {
     /// Index in `Generation::hooks` of the block's entry hook; instruction
     /// `i`'s is one more than `i` past it.
@@ -29,14 +29,14 @@ pub(crate) struct PlanCode {
 }
 
 /// A scoreboard cell of the executing vCPU's row and what to do to it.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct CellOp {
     pub cell: Cell,
     pub kind: InlineKind,
 }
 
 /// Where one entry of a scoreboard is, for compiled code.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Cell {
     /// Address of the board's first cell, its row length and rows.
     pub cells: usize,
@@ -46,7 +46,7 @@ pub(crate) struct Cell {
 }
 
 /// What one hook holds.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct HookUse {
     /// Actions before the instruction (or on entry); some may be callbacks.
     pub exec: bool,
@@ -63,7 +63,7 @@ pub(crate) struct HookUse {
 }
 
 /// A memory hook that is one inlined callback.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct MemDirect {
     pub entry: usize,
     pub data: usize,
@@ -74,7 +74,7 @@ pub(crate) struct MemDirect {
 /// The adds to one scoreboard entry of a tally block: in the executing
 /// vCPU's row, `prefix[n - 1]` when the block is left after `n`
 /// instructions.
-#[derive(Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct TallyCode {
     pub cell: Cell,
     pub prefix: Vec<u64>,
