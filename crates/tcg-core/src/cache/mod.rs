@@ -262,6 +262,24 @@ impl<Op: Copy> Generation<Op> {
         self.ops.get(tb.ops_start as usize..tb.ops_end as usize)
     }
 
+    /// The execution actions of `hook` (none for a hook past the arrays).
+    #[inline(always)]
+    pub(crate) fn actions_of(&self, hook: &InsnHook) -> &[CompiledAction] {
+        let from = hook.actions_start as usize;
+        self.actions
+            .get(from..from + usize::from(hook.actions_len))
+            .unwrap_or_default()
+    }
+
+    /// The memory actions of `hook` (none for a hook past the arrays).
+    #[inline(always)]
+    pub(crate) fn mem_actions_of(&self, hook: &InsnHook) -> &[CompiledMem] {
+        let from = hook.mem_start as usize;
+        self.mem_actions
+            .get(from..from + usize::from(hook.mem_len))
+            .unwrap_or_default()
+    }
+
     /// Records that block `prev` continued at `pc` in block `id`.
     pub(crate) fn link(&mut self, prev: u32, pc: u64, id: u32) {
         if let Some(from) = self.tbs.get_mut(prev as usize) {

@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use crate::cache::{CompiledMem, CompiledMemKind};
+use crate::cache::{CompiledMem, CompiledMemKind, Generation};
 use crate::frontend::{Frontend, MemAccess, sign_extend};
 use crate::instrument::{
     CallbackContext, CallbackFn, InlineKind, MemAccessInfo, MemCallback, MemCallbackFn, MemFilter,
@@ -301,7 +301,17 @@ pub(super) struct MemActions<'a> {
     pub(super) boards: &'a [Arc<Scoreboard>],
 }
 
-impl MemActions<'_> {
+impl<'a> MemActions<'a> {
+    /// `actions`, naming `generation`'s callbacks and scoreboards.
+    #[inline(always)]
+    pub(super) fn of<Op>(generation: &'a Generation<Op>, actions: &'a [CompiledMem]) -> Self {
+        MemActions {
+            actions,
+            callbacks: &generation.mem_callbacks,
+            boards: &generation.boards,
+        }
+    }
+
     /// Runs the actions whose filter selects the access `info` made by the
     /// instruction at `pc` on `vcpu`; returns what their callbacks requested.
     #[inline]

@@ -252,11 +252,7 @@ impl<F: Frontend> Engine<F> {
         let Some(hook) = generation.hooks.get(tb.instr_start as usize + 1) else {
             return &[];
         };
-        let from = hook.actions_start as usize;
-        generation
-            .actions
-            .get(from..from + usize::from(hook.actions_len))
-            .unwrap_or_default()
+        generation.actions_of(hook)
     }
 
     /// The slot of the one callback of a [`ExecMode::CallEach`] block in

@@ -35,11 +35,7 @@ pub(crate) fn run_hook<F: Frontend>(
     };
     let mut access = InstrumentedMem {
         mem,
-        actions: MemActions {
-            actions: &[],
-            callbacks: &generation.mem_callbacks,
-            boards: &generation.boards,
-        },
+        actions: MemActions::of(generation, &[]),
         vcpu,
         pc,
         requests: Requests::default(),
@@ -76,15 +72,7 @@ pub(crate) fn run_mem_hook<Op: Copy>(
     let Some(hook) = generation.hooks.get(hook as usize) else {
         return false;
     };
-    let from = hook.mem_start as usize;
-    let actions = MemActions {
-        actions: generation
-            .mem_actions
-            .get(from..from + usize::from(hook.mem_len))
-            .unwrap_or_default(),
-        callbacks: &generation.mem_callbacks,
-        boards: &generation.boards,
-    };
+    let actions = MemActions::of(generation, generation.mem_actions_of(hook));
     let asked = actions.run(vcpu, pc, mem, info);
     requests.merge(asked);
     hook.mem_calls && (requests.any() || pending.load(Ordering::Relaxed) != 0)
@@ -106,18 +94,10 @@ pub(crate) fn execute_watched<F: Frontend>(
     requests: &mut Requests,
 ) -> (Flow, bool) {
     let hook = generation.hooks.get(hook as usize);
-    let from = hook.map_or(0, |h| h.mem_start as usize);
-    let len = hook.map_or(0, |h| usize::from(h.mem_len));
+    let actions = hook.map_or(&[][..], |h| generation.mem_actions_of(h));
     let mut access = InstrumentedMem {
         mem,
-        actions: MemActions {
-            actions: generation
-                .mem_actions
-                .get(from..from + len)
-                .unwrap_or_default(),
-            callbacks: &generation.mem_callbacks,
-            boards: &generation.boards,
-        },
+        actions: MemActions::of(generation, actions),
         vcpu,
         pc,
         requests: Requests::default(),

@@ -108,11 +108,7 @@ impl<F: Frontend> Engine<F> {
         };
         let mut access = InstrumentedMem {
             mem,
-            actions: MemActions {
-                actions,
-                callbacks: &generation.mem_callbacks,
-                boards: &generation.boards,
-            },
+            actions: MemActions::of(generation, actions),
             vcpu,
             pc: tb.pc,
             requests: Requests::default(),
@@ -189,11 +185,7 @@ impl<F: Frontend> Engine<F> {
         };
         let by_direction = InlineByDirection::resolve(actions, &generation.boards);
         let watch = SeveralActions {
-            actions: MemActions {
-                actions,
-                callbacks: &generation.mem_callbacks,
-                boards: &generation.boards,
-            },
+            actions: MemActions::of(generation, actions),
             // Resolved by direction, they are inline only.
             inline_only: by_direction.is_some()
                 || actions

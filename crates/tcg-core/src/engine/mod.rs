@@ -340,46 +340,39 @@ impl<F: Frontend> Engine<F> {
             return false;
         };
         let generation = &mut self.current;
-        match start {
-            Start::Waiting => {
-                let published = compiler.poll(&mut generation.jit);
-                self.stats.blocks_compiled += published as u64;
-                return published != 0 && crate::jit::code_of(generation, id).is_some();
-            }
-            Start::Stale => {
-                if let Some(tb) = generation.tbs.get(id as usize).copied() {
-                    let class =
-                        crate::jit::chain_class(generation, &tb).filter(|_| F::TB_FLAGS_FIXED);
-                    let plan = crate::jit::plan_code::<F>(generation, &tb);
-                    if generation
-                        .jit
-                        .renew(id, tb.mode, class, &plan, tb.plan_version)
-                    {
-                        return true;
-                    }
-                }
-                generation.jit.forget(id);
-                return false;
-            }
-            Start::Compile | Start::Run => {}
+        if start == Start::Waiting {
+            let published = compiler.poll(&mut generation.jit);
+            self.stats.blocks_compiled += published as u64;
+            return published != 0 && crate::jit::code_of(generation, id).is_some();
         }
         let Some(tb) = generation.tbs.get(id as usize).copied() else {
-            return false;
-        };
-        let Some(ops) = generation
-            .ops
-            .get(tb.ops_start as usize..tb.ops_end as usize)
-        else {
             return false;
         };
         // Nothing whose translation depends on CPU state the code may
         // change jumps straight into other blocks.
         let chain = crate::jit::chain_class(generation, &tb).filter(|_| F::TB_FLAGS_FIXED);
         let plan = crate::jit::plan_code::<F>(generation, &tb);
+        if start == Start::Stale {
+            let renewed = generation
+                .jit
+                .renew(id, tb.mode, chain, &plan, tb.plan_version);
+            if !renewed {
+                generation.jit.forget(id);
+            }
+            return renewed;
+        }
         if tb.mode.instrumented() && plan.is_none() {
             // Unreachable: an instrumented block's plan is in the arrays.
             return false;
         }
+        // The ops field alone (not `ops_of`): the JIT blocks are borrowed
+        // mutably beside it.
+        let Some(ops) = generation
+            .ops
+            .get(tb.ops_start as usize..tb.ops_end as usize)
+        else {
+            return false;
+        };
         let background = self.jit_config.background;
         let blocks = &mut generation.jit;
         match compiler.compile(

@@ -16,7 +16,7 @@ use std::sync::atomic::Ordering;
 
 use super::Engine;
 use super::vcpu::{EMPTY_JUMP, PENDING_EXIT, Vcpu};
-use crate::cache::{CountTally, ExecMode, NONE};
+use crate::cache::{ExecMode, NONE};
 use crate::frontend::{CpuExit, Frontend};
 use crate::instrument::Requests;
 use crate::jit::Start;
@@ -175,11 +175,8 @@ impl<F: Frontend> Engine<F> {
                     }
                     let executed = u32::try_from(c.executed).unwrap_or(u32::MAX);
                     if tb.mode == ExecMode::Count {
-                        if let CountTally::Shared { .. } = current.count_tally {
-                            self.pending_count.add_shared(current, vcpu.index, executed)
-                        } else {
-                            self.pending_count.add(current, tb, vcpu.index, executed)
-                        }
+                        self.pending_count
+                            .add_count(current, tb, vcpu.index, executed);
                     }
                     insns += c.executed;
                     pc = c.pc;
@@ -214,13 +211,8 @@ impl<F: Frontend> Engine<F> {
             if matches!(tb.mode, ExecMode::Plain | ExecMode::Count) {
                 let end = Self::exec_plain(current, tb, cpu, mem);
                 if tb.mode == ExecMode::Count {
-                    if let CountTally::Shared { .. } = current.count_tally {
-                        self.pending_count
-                            .add_shared(current, vcpu.index, end.executed)
-                    } else {
-                        self.pending_count
-                            .add(current, tb, vcpu.index, end.executed)
-                    }
+                    self.pending_count
+                        .add_count(current, tb, vcpu.index, end.executed);
                 }
                 insns += u64::from(end.executed);
                 pc = end.next_pc;

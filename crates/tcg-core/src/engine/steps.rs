@@ -55,11 +55,7 @@ impl<F: Frontend> Engine<F> {
         // this generation that cannot outlive the generation.
         let mut access = InstrumentedMem {
             mem,
-            actions: MemActions {
-                actions: &[],
-                callbacks: &generation.mem_callbacks,
-                boards: &generation.boards,
-            },
+            actions: MemActions::of(generation, &[]),
             vcpu,
             pc: tb.pc,
             requests: Requests::default(),
@@ -92,11 +88,7 @@ impl<F: Frontend> Engine<F> {
             let flow = if MEMORY {
                 if hook.mem_len != 0 {
                     called |= hook.mem_calls;
-                    let from = hook.mem_start as usize;
-                    access.actions.actions = generation
-                        .mem_actions
-                        .get(from..from + usize::from(hook.mem_len))
-                        .unwrap_or_default();
+                    access.actions.actions = generation.mem_actions_of(hook);
                 }
                 access.pc = pc;
                 let flow = F::execute(cpu, &op.op, pc, &mut access);
@@ -240,11 +232,7 @@ impl<F: Frontend> Engine<F> {
     ) -> RunEnd {
         let mut access = InstrumentedMem {
             mem,
-            actions: MemActions {
-                actions: &[],
-                callbacks: &generation.mem_callbacks,
-                boards: &generation.boards,
-            },
+            actions: MemActions::of(generation, &[]),
             vcpu,
             pc: first_tb.pc,
             requests: Requests::default(),
@@ -282,11 +270,7 @@ impl<F: Frontend> Engine<F> {
         cpu: &mut F::Cpu,
         access: &mut InstrumentedMem<'_>,
     ) -> bool {
-        let from = hook.actions_start as usize;
-        let actions = generation
-            .actions
-            .get(from..from + usize::from(hook.actions_len))
-            .unwrap_or_default();
+        let actions = generation.actions_of(hook);
         let mut called = false;
         for action in actions {
             match *action {

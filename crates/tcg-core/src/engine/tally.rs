@@ -94,6 +94,23 @@ impl PendingCount {
         }
     }
 
+    /// Counts `executed` instructions of Count block `tb` on `vcpu`, by
+    /// the shared tally while there is one.
+    #[inline(always)]
+    pub(super) fn add_count<Op: Copy>(
+        &mut self,
+        generation: &Generation<Op>,
+        tb: &TbHeader,
+        vcpu: u32,
+        executed: u32,
+    ) {
+        if let CountTally::Shared { .. } = generation.count_tally {
+            self.add_shared(generation, vcpu, executed)
+        } else {
+            self.add(generation, tb, vcpu, executed)
+        }
+    }
+
     /// Counts `executed` instructions of a Count block on `vcpu` while all
     /// of them share the generation's tally.
     #[inline(always)]

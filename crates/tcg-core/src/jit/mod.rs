@@ -494,13 +494,7 @@ pub(crate) fn plan_code<F: Frontend>(
         }
         _ => {
             let hooks = generation.hooks.get(start..start + len)?;
-            let actions_of = |h: &crate::cache::InsnHook| {
-                let from = h.actions_start as usize;
-                generation
-                    .actions
-                    .get(from..from + usize::from(h.actions_len))
-                    .unwrap_or_default()
-            };
+            let actions_of = |h: &crate::cache::InsnHook| generation.actions_of(h);
             // A hook of inline operations only runs them inline.
             let inline_of = |h: &crate::cache::InsnHook| -> Option<Vec<CellOp>> {
                 if h.sole_call != NONE {
@@ -539,12 +533,7 @@ pub(crate) fn plan_code<F: Frontend>(
                         .map(|l| (l.direct.entry, l.direct.data)),
                     _ => None,
                 };
-                let from = h.mem_start as usize;
-                let mem_actions = generation
-                    .mem_actions
-                    .get(from..from + usize::from(h.mem_len))
-                    .unwrap_or_default();
-                let mem_direct = match mem_actions {
+                let mem_direct = match generation.mem_actions_of(h) {
                     [
                         CompiledMem {
                             filter,
