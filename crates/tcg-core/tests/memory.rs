@@ -148,6 +148,38 @@ fn tlb_never_serves_a_stale_mapping() {
 }
 
 #[test]
+fn tlb_drops_exactly_the_pages_a_change_touches() {
+    let mut mem = GuestMemory::new();
+    let page = 0x10_0000;
+    // Both TLB sizes a build may use put these two pages in one entry.
+    let alias = page + 4096 * PAGE_SIZE;
+    mem.map(page, PAGE_SIZE, rw()).unwrap();
+    mem.map(alias, PAGE_SIZE, rw()).unwrap();
+    mem.store(alias, 8, 5).unwrap();
+    // Unmapping the other page of the entry leaves this one served right.
+    mem.unmap(page, PAGE_SIZE).unwrap();
+    assert_eq!(mem.load(alias, 8), Ok(5));
+    mem.protect(alias, PAGE_SIZE, Perms::NONE).unwrap();
+    assert_eq!(
+        mem.load(alias, 8),
+        Err(fault(alias, AccessKind::Read, MemFaultKind::Protection))
+    );
+    // A change larger than a TLB table drops every entry it covers.
+    let len = 5000 * PAGE_SIZE;
+    mem.map(page, len, rw()).unwrap();
+    for i in (0..5000).step_by(7) {
+        mem.store(page + i * PAGE_SIZE, 4, i).unwrap();
+    }
+    mem.protect(page, len, Perms::READ).unwrap();
+    for i in (0..5000).step_by(7) {
+        assert_eq!(mem.load(page + i * PAGE_SIZE, 4), Ok(i));
+        assert!(mem.store(page + i * PAGE_SIZE, 4, 0).is_err());
+    }
+    mem.unmap(page, len).unwrap();
+    assert!(mem.load(page + 7 * PAGE_SIZE, 4).is_err());
+}
+
+#[test]
 fn map_unmap_protect_errors() {
     let mut mem = GuestMemory::new();
     assert_eq!(
