@@ -9,7 +9,7 @@ use std::sync::Arc;
 use tcgkit_tcg_core::{
     Action, CallbackContext, Compare, Condition, Frontend, InlineKind, InlineOp, InlinedCallback,
     InlinedMemCallback, InsnCallback, InsnInfo, InsnPlan, MemAccessInfo, MemAction, MemCallback,
-    MemFilter, Scoreboard, TbPlan, TbView,
+    MemFilter, RegisterFree, Scoreboard, TbPlan, TbView,
 };
 
 use crate::PluginError;
@@ -107,7 +107,14 @@ fn exec_callback<F>(guard: &Guard, access: Access, what: &'static str, f: F) -> 
 where
     F: Fn(&mut ExecContext<'_, '_>) + Send + Sync + 'static,
 {
-    Arc::new(guarded(guard, access, what, f))
+    let f = guarded(guard, access, what, f);
+    // One that reads no registers says so: compiled code then calls it
+    // without storing the registers it holds first.
+    if access.contains(Access::REGISTERS) {
+        Arc::new(f)
+    } else {
+        Arc::new(RegisterFree(f))
+    }
 }
 
 /// The plugin's callback `f` inside its panic boundary.
@@ -192,7 +199,11 @@ impl SharedExecCallback {
     {
         let cb = guard.map(|guard| {
             let inner = guarded(guard, access, "shared execution", f);
-            let cb: InsnCallback = Arc::new(InlinedCallback::<Fe, _>::new(inner));
+            let cb: InsnCallback = if access.contains(Access::REGISTERS) {
+                Arc::new(InlinedCallback::<Fe, _>::new(inner))
+            } else {
+                Arc::new(InlinedCallback::<Fe, _>::new(RegisterFree(inner)))
+            };
             (guard.clone(), cb)
         });
         SharedExecCallback { cb }

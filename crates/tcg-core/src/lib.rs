@@ -126,7 +126,7 @@ pub use frontend::{CpuExit, DecodeError, Decoded, Flow, Frontend, MemAccess, sig
 pub use instrument::{
     Action, CallbackContext, CallbackFn, Compare, Condition, InlineKind, InlineOp, InsnCallback,
     InsnInfo, InsnPlan, Instrumentation, MemAccessInfo, MemAction, MemCallback, MemCallbackFn,
-    MemFilter, Registers, Scoreboard, ScoreboardEntry, TbPlan, TbView,
+    MemFilter, RegisterFree, Registers, Scoreboard, ScoreboardEntry, TbPlan, TbView,
 };
 pub use jit::{IrBuilder, JitConfig, JitError};
 pub use memory::{AccessKind, GuestMemory, MemError, MemFault, MemFaultKind, PAGE_SIZE, Perms};

@@ -4,7 +4,10 @@
 //! callback, memory callbacks seeing each access's value, and callbacks
 //! that re-instrument or flush in the middle of the run, so that stale
 //! compiled code must never run. Every event, in order, and every count
-//! must be the interpreter's.
+//! must be the interpreter's, whether the block-entry and conditional
+//! callbacks say they read no registers ([`RegisterFree`]: compiled code
+//! then keeps the guest registers in host registers around their calls)
+//! or not.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -12,7 +15,8 @@ use std::sync::{Arc, Mutex};
 use tcgkit_tcg_core::{
     Action, CallbackContext, Compare, Condition, CpuExit, Engine, GuestMemory, InlineKind,
     InlineOp, InlinedCallback, InlinedMemCallback, InsnCallback, Instrumentation, JitConfig,
-    MemAccessInfo, MemAction, MemCallback, MemFilter, Perms, Scoreboard, TbPlan, TbView,
+    MemAccessInfo, MemAction, MemCallback, MemFilter, Perms, RegisterFree, Scoreboard, TbPlan,
+    TbView,
 };
 
 use super::enc;
@@ -29,8 +33,11 @@ enum Event {
         pc: u64,
         t1: u64,
     },
+    /// `t1` as the callback reads it: `None` for one that is
+    /// register-free.
     Entry {
         pc: u64,
+        t1: Option<u64>,
     },
     Cond {
         pc: u64,
@@ -59,15 +66,17 @@ struct Watch {
 }
 
 /// A callback, as an [`InlinedCallback`] (which compiled code calls
-/// directly) or a plain one (called through the hook helper).
-fn insn_callback<C>(inlined: bool, f: C) -> InsnCallback
+/// directly) or a plain one (called through the hook helper); `free`:
+/// one that reads no registers.
+fn insn_callback<C>(inlined: bool, free: bool, f: C) -> InsnCallback
 where
     C: Fn(&mut CallbackContext<'_>) + Send + Sync + 'static,
 {
-    if inlined {
-        Arc::new(InlinedCallback::<Rv64, _>::new(f))
-    } else {
-        Arc::new(f)
+    match (inlined, free) {
+        (true, false) => Arc::new(InlinedCallback::<Rv64, _>::new(f)),
+        (true, true) => Arc::new(InlinedCallback::<Rv64, _>::new(RegisterFree(f))),
+        (false, false) => Arc::new(f),
+        (false, true) => Arc::new(RegisterFree(f)),
     }
 }
 
@@ -83,14 +92,14 @@ where
 }
 
 impl Watch {
-    fn new(every: u64, request: u8, inlined: bool) -> Self {
+    fn new(every: u64, request: u8, inlined: bool, free: bool) -> Self {
         let log = Arc::new(Mutex::new(Vec::new()));
         let board = Arc::new(Scoreboard::new(2, 1));
         let calls = Arc::new(Mutex::new(0u64));
         let phase = Arc::new(AtomicUsize::new(0));
         let next = Arc::clone(&phase);
         let l = Arc::clone(&log);
-        let insn = insn_callback(inlined, move |ctx: &mut CallbackContext<'_>| {
+        let insn = insn_callback(inlined, false, move |ctx: &mut CallbackContext<'_>| {
             let t1 = ctx.read_register("t1").unwrap_or(u64::MAX);
             l.lock().unwrap().push(Event::Insn { pc: ctx.pc(), t1 });
             let mut n = calls.lock().unwrap();
@@ -105,11 +114,12 @@ impl Watch {
             }
         });
         let l = Arc::clone(&log);
-        let entry = insn_callback(inlined, move |ctx: &mut CallbackContext<'_>| {
-            l.lock().unwrap().push(Event::Entry { pc: ctx.pc() });
+        let entry = insn_callback(inlined, free, move |ctx: &mut CallbackContext<'_>| {
+            let t1 = ctx.read_register("t1");
+            l.lock().unwrap().push(Event::Entry { pc: ctx.pc(), t1 });
         });
         let l = Arc::clone(&log);
-        let cond = insn_callback(inlined, move |ctx: &mut CallbackContext<'_>| {
+        let cond = insn_callback(inlined, free, move |ctx: &mut CallbackContext<'_>| {
             l.lock().unwrap().push(Event::Cond { pc: ctx.pc() });
         });
         let l = Arc::clone(&log);
@@ -216,7 +226,7 @@ fn program() -> Vec<u32> {
     ]
 }
 
-fn run(jit: JitConfig, every: u64, request: u8, inlined: bool) -> Outcome {
+fn run(jit: JitConfig, every: u64, request: u8, inlined: bool, free: bool) -> Outcome {
     let bytes: Vec<u8> = program().iter().flat_map(|w| w.to_le_bytes()).collect();
     let mut mem = GuestMemory::new();
     mem.map(CODE, 0x4000, Perms::READ | Perms::EXEC).unwrap();
@@ -225,7 +235,7 @@ fn run(jit: JitConfig, every: u64, request: u8, inlined: bool) -> Outcome {
     let mut cpu = Cpu::new();
     cpu.set_x(BASE, DATA);
     cpu.set_pc(CODE);
-    let watch = Arc::new(Watch::new(every, request, inlined));
+    let watch = Arc::new(Watch::new(every, request, inlined, free));
     let mut engine = Engine::new(Rv64::new());
     engine.set_jit(jit).unwrap();
     engine.set_instrumentation(Some(Arc::clone(&watch) as Arc<dyn Instrumentation>));
@@ -243,8 +253,26 @@ fn run(jit: JitConfig, every: u64, request: u8, inlined: bool) -> Outcome {
 }
 
 fn agree(every: u64, request: u8, inlined: bool) -> Outcome {
-    let interp = run(JitConfig::OFF, every, request, inlined);
-    let jit = run(JitConfig::on(0), every, request, inlined);
+    let free = agree_with(every, request, inlined, true);
+    let entry_t1 = |o: &Outcome| {
+        o.log
+            .iter()
+            .filter_map(|e| match e {
+                Event::Entry { t1, .. } => Some(*t1),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    assert!(entry_t1(&free).iter().all(Option::is_none));
+    let reading = agree_with(every, request, inlined, false);
+    assert!(entry_t1(&reading).iter().all(Option::is_some));
+    assert!(!entry_t1(&reading).is_empty());
+    reading
+}
+
+fn agree_with(every: u64, request: u8, inlined: bool, free: bool) -> Outcome {
+    let interp = run(JitConfig::OFF, every, request, inlined, free);
+    let jit = run(JitConfig::on(0), every, request, inlined, free);
     assert!(
         matches!(interp.exit, CpuExit::Fault(_)),
         "{:?}",

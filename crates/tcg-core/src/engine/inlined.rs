@@ -73,7 +73,7 @@ pub struct InlinedCallback<F: Frontend, C> {
 
 impl<F: Frontend, C> InlinedCallback<F, C>
 where
-    C: Fn(&mut CallbackContext<'_>) + Send + Sync + 'static,
+    C: CallbackFn + 'static,
 {
     /// `callback`, with the loop compiled for it.
     pub fn new(callback: C) -> Self {
@@ -94,15 +94,19 @@ where
 
 impl<F: Frontend, C> CallbackFn for InlinedCallback<F, C>
 where
-    C: Fn(&mut CallbackContext<'_>) + Send + Sync + 'static,
+    C: CallbackFn + 'static,
 {
     #[inline(always)]
     fn call(&self, ctx: &mut CallbackContext<'_>) {
-        (self.callback)(ctx)
+        self.callback.call(ctx)
     }
 
     fn inlined_loop(&self) -> Option<&(dyn Any + Send + Sync)> {
         Some(&self.inlined)
+    }
+
+    fn reads_registers(&self) -> bool {
+        self.callback.reads_registers()
     }
 }
 
@@ -249,7 +253,7 @@ impl<F: Frontend> Engine<F> {
     #[inline(never)]
     fn exec_inlined<C>(args: RunArgs<'_, '_, F>, callback: &C) -> RunEnd
     where
-        C: Fn(&mut CallbackContext<'_>),
+        C: CallbackFn,
     {
         let RunArgs {
             generation,
@@ -261,7 +265,7 @@ impl<F: Frontend> Engine<F> {
             cpu,
             mem,
         } = args;
-        let call = |_: u32, ctx: &mut CallbackContext<'_>| callback(ctx);
+        let call = |_: u32, ctx: &mut CallbackContext<'_>| callback.call(ctx);
         let calls_of = |next_tb: &TbHeader, slot: u32| {
             (Self::call_each_slot(generation, next_tb)? == slot).then_some(slot)
         };

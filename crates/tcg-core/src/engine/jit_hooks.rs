@@ -11,7 +11,7 @@ use super::Engine;
 use super::access::{CpuRegisters, InstrumentedMem, MemActions, call};
 use crate::cache::{Generation, NONE};
 use crate::frontend::{Flow, Frontend};
-use crate::instrument::{CallbackContext, MemAccessInfo, Requests};
+use crate::instrument::{CallbackContext, CallbackFn, MemAccessInfo, Requests};
 use crate::memory::GuestMemory;
 
 /// Runs the actions of hook `hook` of `generation` (a block's entry hook,
@@ -125,7 +125,7 @@ pub(crate) fn call_direct<F: Frontend, C>(
     requests: &mut Requests,
 ) -> bool
 where
-    C: Fn(&mut CallbackContext<'_>),
+    C: CallbackFn,
 {
     F::set_pc(cpu, pc);
     let mut ctx = CallbackContext {
@@ -135,7 +135,7 @@ where
         requests: Requests::default(),
         registers: CpuRegisters::<F>(cpu),
     };
-    callback(&mut ctx);
+    callback.call(&mut ctx);
     requests.merge(ctx.requests);
     requests.any() || pending.load(Ordering::Relaxed) != 0
 }

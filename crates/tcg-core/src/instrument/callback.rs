@@ -25,6 +25,15 @@ pub trait CallbackFn: Send + Sync {
     fn inlined_loop(&self) -> Option<&(dyn Any + Send + Sync)> {
         None
     }
+    /// Whether the callback reads the guest registers
+    /// ([`CallbackContext::read_register`]). True unless it says otherwise
+    /// ([`RegisterFree`], [`crate::InlinedCallback::register_free`]):
+    /// compiled code stores the registers it holds in host registers
+    /// before calling one that does, and keeps them where they are
+    /// around one that does not (QEMU's `QEMU_PLUGIN_CB_NO_REGS`).
+    fn reads_registers(&self) -> bool {
+        true
+    }
 }
 
 impl<T> CallbackFn for T
@@ -34,6 +43,38 @@ where
     #[inline(always)]
     fn call(&self, ctx: &mut CallbackContext<'_>) {
         self(ctx)
+    }
+}
+
+/// A callback that never reads the guest registers: its
+/// [`CallbackContext::read_register`] reads `None`, and compiled code
+/// calls it without first storing the registers it keeps in host
+/// registers.
+///
+/// ```
+/// use std::sync::Arc;
+/// use tcgkit_tcg_core::{CallbackFn, InsnCallback, RegisterFree};
+///
+/// let cb: InsnCallback = Arc::new(RegisterFree(|ctx: &mut tcgkit_tcg_core::CallbackContext<'_>| {
+///     assert_eq!(ctx.read_register("pc"), None);
+/// }));
+/// assert!(!cb.reads_registers());
+/// ```
+pub struct RegisterFree<C>(pub C);
+
+impl<C> CallbackFn for RegisterFree<C>
+where
+    C: Fn(&mut CallbackContext<'_>) + Send + Sync,
+{
+    #[inline(always)]
+    fn call(&self, ctx: &mut CallbackContext<'_>) {
+        let mut without = ctx.without_registers();
+        (self.0)(&mut without);
+        let requests = without.requests;
+        ctx.requests.merge(requests);
+    }
+    fn reads_registers(&self) -> bool {
+        false
     }
 }
 
@@ -185,6 +226,21 @@ impl<'a> CallbackContext<'a, NoRegisters> {
             vcpu,
             pc: 0,
             mem,
+            requests: Requests::default(),
+            registers: NoRegisters,
+        }
+    }
+}
+
+impl<R: ?Sized> CallbackContext<'_, R> {
+    /// The same context with no registers to read, for a callback that
+    /// said it reads none; its requests are merged back by the caller.
+    #[inline(always)]
+    pub(crate) fn without_registers(&mut self) -> CallbackContext<'_, NoRegisters> {
+        CallbackContext {
+            vcpu: self.vcpu,
+            pc: self.pc,
+            mem: &mut *self.mem,
             requests: Requests::default(),
             registers: NoRegisters,
         }

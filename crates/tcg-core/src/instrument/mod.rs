@@ -34,7 +34,8 @@ mod scoreboard;
 use std::fmt;
 
 pub use callback::{
-    CallbackContext, CallbackFn, InsnCallback, MemAccessInfo, MemCallback, MemCallbackFn, Registers,
+    CallbackContext, CallbackFn, InsnCallback, MemAccessInfo, MemCallback, MemCallbackFn,
+    RegisterFree, Registers,
 };
 pub(crate) use callback::{NoRegisters, Requests};
 pub use plan::{Action, Compare, Condition, InlineOp, InsnPlan, MemAction, MemFilter, TbPlan};

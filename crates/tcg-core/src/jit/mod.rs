@@ -557,6 +557,15 @@ pub(crate) fn plan_code<F: Frontend>(
                         || actions
                             .iter()
                             .any(|a| !matches!(a, CompiledAction::Inline { .. })),
+                    exec_regs: actions.iter().any(|a| match *a {
+                        CompiledAction::Call { cb } | CompiledAction::Conditional { cb, .. } => {
+                            generation
+                                .callbacks
+                                .get(cb as usize)
+                                .is_none_or(|cb| cb.reads_registers())
+                        }
+                        CompiledAction::Inline { .. } => false,
+                    }),
                     mem: h.mem_len != 0,
                     mem_calls: h.mem_calls,
                     exec_direct,
@@ -612,10 +621,10 @@ pub(crate) fn run<F: Frontend>(
 }
 
 /// The host function compiled code calls an inlined instruction callback
-/// of closure type `C` through (see `engine::inlined::DirectCall`).
+/// of type `C` through (see `engine::inlined::DirectCall`).
 pub(crate) fn direct_insn_entry<F: Frontend, C>() -> usize
 where
-    C: Fn(&mut crate::instrument::CallbackContext<'_>),
+    C: crate::instrument::CallbackFn,
 {
     let f: extern "C" fn(*mut runtime::JitCtx, usize, u64) = runtime::direct_insn::<F, C>;
     f as usize

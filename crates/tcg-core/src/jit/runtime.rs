@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use crate::cache::Generation;
 use crate::engine::jit_hooks;
 use crate::frontend::{CpuExit, Flow, Frontend, sign_extend};
-use crate::instrument::{CallbackContext, MemAccessInfo, Requests};
+use crate::instrument::{CallbackContext, CallbackFn, MemAccessInfo, Requests};
 use crate::memory::GuestMemory;
 
 /// What a compiled block is passed (one pointer). The generated code reads
@@ -312,7 +312,7 @@ extern "C" fn interpret_watched<F: Frontend>(
 /// the closure (see `engine::inlined::DirectCall`).
 pub(crate) extern "C" fn direct_insn<F: Frontend, C>(ctx: *mut JitCtx, data: usize, pc: u64)
 where
-    C: Fn(&mut CallbackContext<'_>),
+    C: CallbackFn,
 {
     // SAFETY: as for the hook helpers; `data` is the address of the `C`
     // an `InlinedCallback<F, C>` holds, named by the plan the code was

@@ -48,9 +48,11 @@ pub(crate) struct Cell {
 /// What one hook holds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct HookUse {
-    /// Actions before the instruction (or on entry); some may be callbacks.
+    /// Actions before the instruction (or on entry); some may be
+    /// callbacks, some of which may read the registers.
     pub exec: bool,
     pub exec_calls: bool,
+    pub exec_regs: bool,
     /// Actions at the instruction's accesses; some may be callbacks.
     pub mem: bool,
     pub mem_calls: bool,
@@ -146,13 +148,13 @@ impl Lowering<'_, '_> {
     }
 
     /// Calls the hook helper for hook `hook` before the instruction at
-    /// `pc`; with callbacks, the register file is brought up to date
-    /// first (they read it).
+    /// `pc`; with callbacks that read registers, the register file is
+    /// brought up to date first.
     pub(super) fn call_hook(&mut self, hook: u32, used: HookUse) {
-        if used.exec_calls {
+        if used.exec_regs {
             self.write_back(false);
-            self.insn_calls = true;
         }
+        self.insn_calls |= used.exec_calls;
         let pc = self.b.ins().iconst(I64, self.pc as i64);
         let (helper, first) = match used.exec_direct {
             Some((entry, data)) => (entry, data as i64),
