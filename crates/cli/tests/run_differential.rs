@@ -192,6 +192,19 @@ fn malloc() {
 }
 
 #[test]
+fn pthreads() {
+    // clone, futex (mutexes, condition variables, join, barrier, once),
+    // a thread spinning until another runs, sleeping and detached threads.
+    differential("threads", "threads", &[], b"");
+    differential("threads_with_argument", "threads", &["20000"], b"");
+}
+
+#[test]
+fn cxx_threads() {
+    differential("cxx_threads", "cxx_threads", &[], b"");
+}
+
+#[test]
 fn cxx_runtime() {
     // libstdc++: iostream, containers, exceptions (unwinding), RTTI, static
     // constructors/destructors; dynamically linked against the sysroot's

@@ -63,6 +63,8 @@ pub mod nr {
     pub const CLOCK_NANOSLEEP: u64 = 115;
     pub const SCHED_GETAFFINITY: u64 = 123;
     pub const SCHED_YIELD: u64 = 124;
+    pub const CLONE: u64 = 220;
+    pub const CLONE3: u64 = 435;
     pub const KILL: u64 = 129;
     pub const TKILL: u64 = 130;
     pub const TGKILL: u64 = 131;

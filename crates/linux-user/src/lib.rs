@@ -13,7 +13,11 @@
 //! [`Process::run`] executes it on tcg-core's engine with the riscv frontend
 //! and serves its Linux syscalls from the host (files, memory, time, ...).
 //! Sockets (Unix, IPv4, IPv6) are forwarded to the host. Unknown syscalls
-//! return `-ENOSYS` with a one-time warning on stderr.
+//! return `-ENOSYS` with a one-time warning on stderr. Threads (`clone`
+//! with `CLONE_THREAD`, as `pthread_create` and `std::thread` make them)
+//! have a vCPU each and, for now, take turns on the process's host
+//! thread (switching at futex waits, sleeps, yields, exits and a 10 ms
+//! tick); a new process (`fork`) is not supported yet.
 //! The guest ends with a [`GuestExit`]: its exit status, or the signal that
 //! killed it (SIGSEGV for a bad access, SIGBUS for a misaligned atomic,
 //! SIGILL, SIGTRAP, SIGABRT from `abort()`), exactly as under qemu-riscv64.
@@ -68,6 +72,7 @@ mod sigframe;
 mod signal;
 mod strace;
 mod syscall;
+mod threads;
 
 pub use error::LoadError;
 pub use modules::{Module, ModuleObserver};

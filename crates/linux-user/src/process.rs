@@ -1,5 +1,6 @@
-//! A guest process: its memory, its one vCPU, its kernel state, and the loop
-//! that runs it until it exits or dies by a signal.
+//! A guest process: its memory, its threads (a vCPU each, see
+//! `threads.rs`), its kernel state, and the loop that runs it until it
+//! exits or dies by a signal.
 
 use std::ffi::OsString;
 use std::io::Write as _;
@@ -20,6 +21,7 @@ use crate::sigframe;
 use crate::signal::Signal;
 use crate::strace::{self, SignalCause};
 use crate::syscall::{Disposition, Kernel, Outcome};
+use crate::threads::{Step, Threads};
 
 /// How a guest process ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,9 +106,11 @@ pub struct ProgramLayout {
 /// A loaded guest program, ready to run.
 pub struct Process {
     engine: Engine<Rv64>,
+    /// The running thread's registers (the others' are in `threads`).
     cpu: Cpu,
     mem: GuestMemory,
     kernel: Kernel,
+    threads: Threads,
     modules: ModuleSet,
     options: Options,
     observer: Option<Box<dyn SyscallObserver>>,
@@ -213,6 +217,7 @@ impl Process {
             cpu,
             mem,
             kernel,
+            threads: Threads::new(),
             modules: ModuleSet::default(),
             options,
             observer: None,
@@ -322,7 +327,17 @@ impl Process {
 
     fn run_until_exit(&mut self) -> GuestExit {
         loop {
-            match self.engine.run(&mut self.cpu, &mut self.mem) {
+            let exit = match self.threads.vcpu.as_mut() {
+                Some(vcpu) => {
+                    let exit = self.engine.run_vcpu(vcpu, &mut self.cpu, &mut self.mem);
+                    // Parked, it must not hold back reclaiming generations.
+                    vcpu.go_offline();
+                    self.engine.reclaim();
+                    exit
+                }
+                None => self.engine.run(&mut self.cpu, &mut self.mem),
+            };
+            match exit {
                 CpuExit::Syscall => {
                     if let Some(exit) = self.syscall() {
                         return exit;
@@ -361,7 +376,14 @@ impl Process {
                 }
                 // The engine handles these itself; resume if one comes back.
                 CpuExit::FlushCode => self.engine.flush(),
-                CpuExit::ExitRequested => {}
+                // The threads' tick (or an embedder's request).
+                CpuExit::ExitRequested => {
+                    if self.threads.several()
+                        && let Some(exit) = self.switch_thread(false)
+                    {
+                        return exit;
+                    }
+                }
             }
         }
     }
@@ -442,7 +464,21 @@ impl Process {
             let _ = err.write_all(line.as_bytes());
             let _ = err.flush();
         }
-        let outcome = self.kernel.syscall(&mut self.mem, number, args);
+        let outcome = match self.thread_syscall(number, args) {
+            Some(Step::Return(value)) => Outcome::Return(value),
+            Some(Step::ReturnAndYield(value)) => {
+                self.finish_syscall(number, &args, value);
+                return self.switch_thread(false);
+            }
+            Some(Step::Blocked) => {
+                if self.options.strace {
+                    let _ = writeln!(std::io::stderr(), " = <blocked>");
+                }
+                return self.switch_thread(false);
+            }
+            Some(Step::Exited) => return self.switch_thread(true),
+            None => self.kernel.syscall(&mut self.mem, number, args),
+        };
         // Modules first: an unloaded module's blocks are retired between
         // its unloading and unloaded.
         self.update_modules();
@@ -451,16 +487,7 @@ impl Process {
         }
         match outcome {
             Outcome::Return(value) => {
-                if self.options.strace {
-                    let line = strace::format_return(number, &args, value as i64, &mut self.mem);
-                    let _ = std::io::stderr().lock().write_all(line.as_bytes());
-                }
-                if let Some(observer) = self.observer.as_mut() {
-                    observer.on_syscall_return(number, value);
-                }
-                self.cpu.set_x(10, value);
-                // ecall has no compressed form: always 4 bytes.
-                self.cpu.set_pc(self.cpu.pc().wrapping_add(4));
+                self.finish_syscall(number, &args, value);
                 self.deliver_pending()
             }
             Outcome::Exit(code) => Some(GuestExit::Exited(code as u8)),
@@ -478,6 +505,78 @@ impl Process {
                 Some(self.fatal(sig, cause))
             }
         }
+    }
+
+    /// A syscall returns `value` to the running thread.
+    fn finish_syscall(&mut self, number: u64, args: &[u64; 6], value: u64) {
+        if self.options.strace {
+            let line = strace::format_return(number, args, value as i64, &mut self.mem);
+            let _ = std::io::stderr().lock().write_all(line.as_bytes());
+        }
+        if let Some(observer) = self.observer.as_mut() {
+            observer.on_syscall_return(number, value);
+        }
+        self.cpu.set_x(10, value);
+        // ecall has no compressed form: always 4 bytes.
+        self.cpu.set_pc(self.cpu.pc().wrapping_add(4));
+    }
+
+    /// The syscalls that concern threads (see `threads.rs`); `None` for
+    /// the kernel's.
+    fn thread_syscall(&mut self, number: u64, args: [u64; 6]) -> Option<Step> {
+        use crate::abi::nr;
+        let several = self.threads.several();
+        let step = match number {
+            nr::CLONE => {
+                let step = self.threads.clone_thread(
+                    args,
+                    &self.cpu,
+                    self.kernel.sigmask,
+                    &mut self.mem,
+                    &mut self.engine,
+                );
+                self.kernel.other_tids = self.threads.tids();
+                step?
+            }
+            nr::GETTID => Step::Return(u64::from(self.threads.tid)),
+            nr::SET_TID_ADDRESS => Step::Return(self.threads.set_tid_address(args[0])),
+            nr::EXIT if several => self.threads.exit_thread(&mut self.mem),
+            nr::FUTEX if several => self.threads.futex(args, &mut self.cpu, &mut self.mem),
+            nr::SCHED_YIELD if several => Step::ReturnAndYield(0),
+            nr::NANOSLEEP if several => match crate::syscall::timespec_at(&mut self.mem, args[0]) {
+                Ok((sec, nsec)) => {
+                    if args[1] != 0 {
+                        // Never interrupted: nothing remains.
+                        let _ = self.mem.store(args[1], 8, 0);
+                        let _ = self.mem.store(args[1] + 8, 8, 0);
+                    }
+                    let wanted = std::time::Duration::new(sec as u64, nsec as u32);
+                    self.threads.sleep(&mut self.cpu, wanted)
+                }
+                Err(e) => Step::Return((-i64::from(e)) as u64),
+            },
+            _ => return None,
+        };
+        Some(step)
+    }
+
+    /// Runs the next thread in turn (`gone`: the running one exited).
+    fn switch_thread(&mut self, gone: bool) -> Option<GuestExit> {
+        if !self
+            .threads
+            .switch(gone, &mut self.cpu, &mut self.kernel.sigmask)
+        {
+            // Every thread waits for a wake no thread can send: Linux
+            // leaves such a process asleep for good.
+            eprintln!("tcgkit: every guest thread is blocked for good");
+            loop {
+                std::thread::sleep(std::time::Duration::from_secs(3600));
+            }
+        }
+        if gone {
+            self.kernel.other_tids = self.threads.tids();
+        }
+        self.deliver_pending()
     }
 
     /// The guest dies by `sig`; with `--strace`, say why like qemu.

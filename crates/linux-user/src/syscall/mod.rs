@@ -77,6 +77,14 @@ pub(crate) struct Kernel {
     pub(crate) altstack: [u64; 3],
     /// The thread name (`PR_SET_NAME`), at most 15 bytes.
     thread_name: Vec<u8>,
+    /// Ids of the process's other threads (signals sent to them are the
+    /// process's: see `threads.rs`).
+    pub(crate) other_tids: Vec<u32>,
+}
+
+/// A guest `struct timespec` at `addr`, validated as Linux does.
+pub(crate) fn timespec_at(mem: &mut GuestMemory, addr: u64) -> Result<(i64, i64), i32> {
+    system::get_timespec(mem, addr)
 }
 
 impl Kernel {
@@ -103,6 +111,7 @@ impl Kernel {
             // SS_DISABLE: no alternate stack yet.
             altstack: [0, 2, 0],
             thread_name: Vec::new(),
+            other_tids: Vec::new(),
         }
     }
 
@@ -220,7 +229,8 @@ impl Kernel {
             nr::SET_TID_ADDRESS => Ok(u64::from(std::process::id())),
             // Like qemu-riscv64 7.2: the robust futex list is not emulated,
             // and glibc copes with ENOSYS for it and for rseq.
-            nr::SET_ROBUST_LIST | nr::RSEQ => Err(errno::ENOSYS),
+            // As qemu-riscv64 7.2 (glibc then uses clone).
+            nr::SET_ROBUST_LIST | nr::RSEQ | nr::CLONE3 => Err(errno::ENOSYS),
             nr::FUTEX => system::futex(mem, args),
             nr::GETRLIMIT => self.prlimit(mem, 0, a0, 0, a1),
             nr::SETRLIMIT => self.prlimit(mem, 0, a0, a1, 0),
@@ -360,8 +370,8 @@ impl Kernel {
         let target_ok = match number {
             // kill(pid): 0 is our group, our pid, -1 everyone (includes us).
             nr::KILL => a0 == me || a0 == 0 || a0 as i64 == -1 || (a0 as i64) == -(me as i64),
-            nr::TKILL => a0 == me,
-            _ => a0 == me && a1 == me,
+            nr::TKILL => a0 == me || self.is_other_thread(a0),
+            _ => a0 == me && (a1 == me || self.is_other_thread(a1)),
         };
         if !target_ok {
             // Signalling other processes is not supported: say "no such process".
@@ -378,6 +388,10 @@ impl Kernel {
         }
         self.raise(sig, number != nr::KILL);
         Outcome::Return(0)
+    }
+
+    fn is_other_thread(&self, tid: u64) -> bool {
+        self.other_tids.iter().any(|&t| u64::from(t) == tid)
     }
 
     /// Marks `sig` pending (unless it is ignored: then it is discarded).

@@ -21,7 +21,7 @@ fn put_timespec(mem: &mut GuestMemory, addr: u64, sec: i64, nsec: i64) -> Result
 }
 
 /// A guest `struct timespec`, validated as Linux does.
-fn get_timespec(mem: &mut GuestMemory, addr: u64) -> Result<(i64, i64), i32> {
+pub(super) fn get_timespec(mem: &mut GuestMemory, addr: u64) -> Result<(i64, i64), i32> {
     let sec = mem.load(addr, 8).map_err(|_| errno::EFAULT)? as i64;
     let nsec = mem.load(addr + 8, 8).map_err(|_| errno::EFAULT)? as i64;
     if sec < 0 || !(0..1_000_000_000).contains(&nsec) {

@@ -1,0 +1,711 @@
+//! Guest threads: `clone` with `CLONE_VM | CLONE_THREAD`, `futex` between
+//! threads, thread exit with its clear-tid wake, `gettid`,
+//! `set_tid_address`, `sched_yield`.
+//!
+//! Every guest thread has its own register file and its own vCPU
+//! (indices counted up from 1 as QEMU numbers them), all on one engine,
+//! one guest memory and one kernel state. In this first step they take
+//! turns on the process's host thread: the running one keeps going until
+//! it blocks (a futex wait, a sleep), yields, exits, or a 10 ms tick
+//! asks the engine to return ([`Ticker`]); the next runnable thread in
+//! turn then runs. Programs without data races cannot tell the
+//! difference from threads running side by side, and atomics are atomic
+//! by construction. Signal dispositions and pending signals are the
+//! process's; each thread keeps its own signal mask.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tcgkit_riscv::Cpu;
+use tcgkit_tcg_core::{Engine, ExitHandle, GuestMemory, Vcpu};
+
+use crate::abi::errno;
+
+/// `clone` flags (`<linux/sched.h>`).
+const CLONE_VM: u64 = 0x100;
+const CLONE_SIGHAND: u64 = 0x800;
+const CLONE_THREAD: u64 = 0x1_0000;
+const CLONE_SETTLS: u64 = 0x8_0000;
+const CLONE_PARENT_SETTID: u64 = 0x10_0000;
+const CLONE_CHILD_CLEARTID: u64 = 0x20_0000;
+const CLONE_CHILD_SETTID: u64 = 0x100_0000;
+
+/// `futex` operations and flags (`<linux/futex.h>`).
+const FUTEX_WAIT: u64 = 0;
+const FUTEX_WAKE: u64 = 1;
+const FUTEX_REQUEUE: u64 = 3;
+const FUTEX_CMP_REQUEUE: u64 = 4;
+const FUTEX_WAKE_OP: u64 = 5;
+const FUTEX_WAIT_BITSET: u64 = 9;
+const FUTEX_WAKE_BITSET: u64 = 10;
+const FUTEX_CLOCK_REALTIME: u64 = 256;
+const FUTEX_CMD_MASK: u64 = 0x7f;
+const BITSET_ALL: u32 = u32::MAX;
+
+/// How often the running thread is asked to give way.
+const TICK: Duration = Duration::from_millis(10);
+
+/// What a thread waits for.
+#[derive(Clone, Copy, Debug)]
+struct Wait {
+    /// The futex word (0: a sleep, woken only by its deadline).
+    addr: u64,
+    bitset: u32,
+    deadline: Option<Instant>,
+    /// a0 when the deadline passes (`-ETIMEDOUT`, or 0 for a sleep).
+    on_timeout: u64,
+}
+
+/// A thread that is not running.
+struct Parked {
+    tid: u32,
+    cpu: Cpu,
+    vcpu: Option<Vcpu>,
+    clear_child_tid: u64,
+    sigmask: u64,
+    wait: Option<Wait>,
+}
+
+/// What a thread syscall asks the process loop to do next.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Return this value to the caller, which goes on.
+    Return(u64),
+    /// Return this value, then let the next runnable thread run.
+    ReturnAndYield(u64),
+    /// The caller waits (its a0 and pc are set for when it resumes).
+    Blocked,
+    /// The caller is gone; another thread must run.
+    Exited,
+}
+
+/// Asks the engine to return every [`TICK`] while more than one thread
+/// exists, so that a thread that never makes a syscall still gives way.
+struct Ticker {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Ticker {
+    fn start(exit: ExitHandle) -> Option<Ticker> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("tcgkit-tick".to_owned())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    std::thread::park_timeout(TICK);
+                    exit.request_exit();
+                }
+            })
+            .ok()?;
+        Some(Ticker {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            thread.thread().unpark();
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The process's threads: the running one's identity and the parked
+/// ones, in turn order.
+pub(crate) struct Threads {
+    /// The running thread's id (the main thread's is the process id).
+    pub(crate) tid: u32,
+    /// Its vCPU; `None` for the engine's built-in vCPU 0 (the main
+    /// thread's).
+    pub(crate) vcpu: Option<Vcpu>,
+    clear_child_tid: u64,
+    /// Set by a blocking syscall of the running thread.
+    wait: Option<Wait>,
+    parked: VecDeque<Parked>,
+    next_tid: u32,
+    ticker: Option<Ticker>,
+}
+
+impl Threads {
+    pub(crate) fn new() -> Threads {
+        let pid = std::process::id();
+        Threads {
+            tid: pid,
+            vcpu: None,
+            clear_child_tid: 0,
+            wait: None,
+            parked: VecDeque::new(),
+            next_tid: pid.wrapping_add(1),
+            ticker: None,
+        }
+    }
+
+    /// More than one thread exists.
+    pub(crate) fn several(&self) -> bool {
+        !self.parked.is_empty()
+    }
+
+    /// Every live thread id.
+    pub(crate) fn tids(&self) -> Vec<u32> {
+        let mut all: Vec<u32> = self.parked.iter().map(|p| p.tid).collect();
+        all.push(self.tid);
+        all
+    }
+
+    /// `set_tid_address`.
+    pub(crate) fn set_tid_address(&mut self, addr: u64) -> u64 {
+        self.clear_child_tid = addr;
+        u64::from(self.tid)
+    }
+
+    /// `clone`; `None` for flags this step does not run (a new process:
+    /// the caller answers as before).
+    pub(crate) fn clone_thread(
+        &mut self,
+        args: [u64; 6],
+        cpu: &Cpu,
+        sigmask: u64,
+        mem: &mut GuestMemory,
+        engine: &mut Engine<tcgkit_riscv::Rv64>,
+    ) -> Option<Step> {
+        // RV64's argument order: flags, stack, parent tid, tls, child tid.
+        let [flags, stack, parent_tid, tls, child_tid, _] = args;
+        if flags & CLONE_THREAD == 0 {
+            return None;
+        }
+        // Linux: a thread shares the signal handlers, which need a shared
+        // address space.
+        if flags & CLONE_SIGHAND == 0 || flags & CLONE_VM == 0 {
+            return Some(Step::Return(neg(errno::EINVAL)));
+        }
+        let tid = self.next_tid;
+        let put_tid = |mem: &mut GuestMemory, addr: u64| mem.store(addr, 4, u64::from(tid));
+        if flags & CLONE_PARENT_SETTID != 0 && put_tid(mem, parent_tid).is_err() {
+            return Some(Step::Return(neg(errno::EFAULT)));
+        }
+        if flags & CLONE_CHILD_SETTID != 0 && put_tid(mem, child_tid).is_err() {
+            return Some(Step::Return(neg(errno::EFAULT)));
+        }
+        self.next_tid = self.next_tid.wrapping_add(1);
+        let mut child = cpu.clone();
+        child.set_x(10, 0);
+        if stack != 0 {
+            child.set_x(2, stack);
+        }
+        if flags & CLONE_SETTLS != 0 {
+            child.set_x(4, tls);
+        }
+        // Past the ecall, as the parent will be.
+        child.set_pc(cpu.pc().wrapping_add(4));
+        self.parked.push_back(Parked {
+            tid,
+            cpu: child,
+            vcpu: Some(engine.new_vcpu()),
+            clear_child_tid: if flags & CLONE_CHILD_CLEARTID != 0 {
+                child_tid
+            } else {
+                0
+            },
+            sigmask,
+            wait: None,
+        });
+        if self.ticker.is_none() {
+            self.ticker = Ticker::start(engine.exit_handle());
+        }
+        Some(Step::Return(u64::from(tid)))
+    }
+
+    /// `exit` of the running thread while others live: its clear-tid word
+    /// is zeroed and woken (how `pthread_join` learns of it).
+    pub(crate) fn exit_thread(&mut self, mem: &mut GuestMemory) -> Step {
+        let addr = std::mem::take(&mut self.clear_child_tid);
+        if addr != 0 && mem.store(addr, 4, 0).is_ok() {
+            self.wake(addr, 1, BITSET_ALL);
+        }
+        if let Some(vcpu) = self.vcpu.as_mut() {
+            vcpu.go_offline();
+        }
+        Step::Exited
+    }
+
+    /// `futex` between threads (see the module docs); `cpu` is the
+    /// caller's.
+    pub(crate) fn futex(&mut self, args: [u64; 6], cpu: &mut Cpu, mem: &mut GuestMemory) -> Step {
+        let [addr, op, val, timeout, addr2, val3] = args;
+        if !addr.is_multiple_of(4) {
+            return Step::Return(neg(errno::EINVAL));
+        }
+        let word = |mem: &mut GuestMemory, a: u64| mem.load(a, 4).map(|v| v as u32);
+        match op & FUTEX_CMD_MASK {
+            cmd @ (FUTEX_WAIT | FUTEX_WAIT_BITSET) => {
+                let bitset = if cmd == FUTEX_WAIT {
+                    BITSET_ALL
+                } else {
+                    val3 as u32
+                };
+                if bitset == 0 {
+                    return Step::Return(neg(errno::EINVAL));
+                }
+                let Ok(current) = word(mem, addr) else {
+                    return Step::Return(neg(errno::EFAULT));
+                };
+                if current != val as u32 {
+                    return Step::Return(neg(errno::EAGAIN));
+                }
+                let deadline = match timeout {
+                    0 => None,
+                    t => match deadline_of(mem, t, cmd == FUTEX_WAIT, op) {
+                        Ok(d) => Some(d),
+                        Err(e) => return Step::Return(neg(e)),
+                    },
+                };
+                self.block(
+                    cpu,
+                    Wait {
+                        addr,
+                        bitset,
+                        deadline,
+                        on_timeout: neg(errno::ETIMEDOUT),
+                    },
+                )
+            }
+            FUTEX_WAKE => Step::Return(self.wake(addr, val as u32, BITSET_ALL)),
+            FUTEX_WAKE_BITSET => match val3 as u32 {
+                0 => Step::Return(neg(errno::EINVAL)),
+                bits => Step::Return(self.wake(addr, val as u32, bits)),
+            },
+            cmd @ (FUTEX_REQUEUE | FUTEX_CMP_REQUEUE) => {
+                if cmd == FUTEX_CMP_REQUEUE {
+                    match word(mem, addr) {
+                        Ok(v) if v == val3 as u32 => {}
+                        Ok(_) => return Step::Return(neg(errno::EAGAIN)),
+                        Err(_) => return Step::Return(neg(errno::EFAULT)),
+                    }
+                }
+                // The fourth argument is a count here, not a timeout.
+                let woken = self.wake(addr, val as u32, BITSET_ALL);
+                let moved = self.requeue(addr, addr2, timeout as u32);
+                Step::Return(woken + moved)
+            }
+            FUTEX_WAKE_OP => match self.wake_op(mem, addr, addr2, val, timeout, val3 as u32) {
+                Ok(n) => Step::Return(n),
+                Err(e) => Step::Return(neg(e)),
+            },
+            _ => Step::Return(neg(errno::ENOSYS)),
+        }
+    }
+
+    /// `nanosleep` of one thread among several: the others run meanwhile.
+    pub(crate) fn sleep(&mut self, cpu: &mut Cpu, duration: Duration) -> Step {
+        self.block(
+            cpu,
+            Wait {
+                addr: 0,
+                bitset: 0,
+                deadline: Some(Instant::now() + duration),
+                on_timeout: 0,
+            },
+        )
+    }
+
+    /// The running thread waits: it resumes past its ecall, with a0 = 0
+    /// if woken (a timeout sets it again).
+    fn block(&mut self, cpu: &mut Cpu, wait: Wait) -> Step {
+        cpu.set_x(10, 0);
+        cpu.set_pc(cpu.pc().wrapping_add(4));
+        self.wait = Some(wait);
+        Step::Blocked
+    }
+
+    /// Wakes up to `n` parked waiters on `addr` whose bitset meets
+    /// `bits`, first come first woken; returns how many.
+    fn wake(&mut self, addr: u64, n: u32, bits: u32) -> u64 {
+        let mut woken = 0u64;
+        for p in &mut self.parked {
+            if woken >= u64::from(n) {
+                break;
+            }
+            if p.wait
+                .is_some_and(|w| w.addr == addr && w.bitset & bits != 0)
+            {
+                p.wait = None;
+                woken += 1;
+            }
+        }
+        woken
+    }
+
+    /// Moves up to `n` waiters on `from` to wait on `to`.
+    fn requeue(&mut self, from: u64, to: u64, n: u32) -> u64 {
+        let mut moved = 0u64;
+        for p in &mut self.parked {
+            if moved >= u64::from(n) {
+                break;
+            }
+            if let Some(w) = p.wait.as_mut().filter(|w| w.addr == from) {
+                w.addr = to;
+                moved += 1;
+            }
+        }
+        moved
+    }
+
+    /// `FUTEX_WAKE_OP`: updates `addr2`, wakes `n` on `addr`, and `n2` on
+    /// `addr2` if its old value passes the comparison.
+    fn wake_op(
+        &mut self,
+        mem: &mut GuestMemory,
+        addr: u64,
+        addr2: u64,
+        n: u64,
+        n2: u64,
+        encoded: u32,
+    ) -> Result<u64, i32> {
+        let op = (encoded >> 28) & 7;
+        let shift = (encoded >> 28) & 8 != 0;
+        let cmp = (encoded >> 24) & 15;
+        let sext12 = |v: u32| (((v & 0xfff) << 20) as i32) >> 20;
+        let mut oparg = sext12(encoded >> 12);
+        let cmparg = sext12(encoded);
+        if shift {
+            oparg = 1i32.checked_shl(oparg as u32).unwrap_or(0);
+        }
+        if !addr2.is_multiple_of(4) {
+            return Err(errno::EINVAL);
+        }
+        let old = mem.load(addr2, 4).map_err(|_| errno::EFAULT)? as u32 as i32;
+        let new = match op {
+            0 => oparg,
+            1 => old.wrapping_add(oparg),
+            2 => old | oparg,
+            3 => old & !oparg,
+            4 => old ^ oparg,
+            _ => return Err(errno::ENOSYS),
+        };
+        let pass = match cmp {
+            0 => old == cmparg,
+            1 => old != cmparg,
+            2 => old < cmparg,
+            3 => old <= cmparg,
+            4 => old > cmparg,
+            5 => old >= cmparg,
+            _ => return Err(errno::ENOSYS),
+        };
+        mem.store(addr2, 4, u64::from(new as u32))
+            .map_err(|_| errno::EFAULT)?;
+        let mut woken = self.wake(addr, n as u32, BITSET_ALL);
+        if pass {
+            woken += self.wake(addr2, n2 as u32, BITSET_ALL);
+        }
+        Ok(woken)
+    }
+
+    /// Makes the next runnable thread the running one, round-robin; the
+    /// running thread is parked unless `gone`. Waits (the process
+    /// sleeping) while every thread waits for a deadline; returns false if
+    /// no thread can ever run again.
+    pub(crate) fn switch(&mut self, gone: bool, cpu: &mut Cpu, sigmask: &mut u64) -> bool {
+        loop {
+            let now = Instant::now();
+            for p in &mut self.parked {
+                if let Some(w) = p.wait.filter(|w| w.deadline.is_some_and(|d| d <= now)) {
+                    p.cpu.set_x(10, w.on_timeout);
+                    p.wait = None;
+                }
+            }
+            if !gone && let Some(w) = self.wait.filter(|w| w.deadline.is_some_and(|d| d <= now)) {
+                cpu.set_x(10, w.on_timeout);
+                self.wait = None;
+            }
+            if let Some(i) = self.parked.iter().position(|p| p.wait.is_none()) {
+                let Some(next) = self.parked.remove(i) else {
+                    return false;
+                };
+                let previous = Parked {
+                    tid: self.tid,
+                    cpu: std::mem::replace(cpu, next.cpu),
+                    vcpu: std::mem::replace(&mut self.vcpu, next.vcpu),
+                    clear_child_tid: std::mem::replace(
+                        &mut self.clear_child_tid,
+                        next.clear_child_tid,
+                    ),
+                    sigmask: std::mem::replace(sigmask, next.sigmask),
+                    wait: std::mem::replace(&mut self.wait, next.wait),
+                };
+                self.tid = next.tid;
+                if !gone {
+                    self.parked.push_back(previous);
+                }
+                if self.parked.is_empty() {
+                    self.ticker = None;
+                }
+                return true;
+            }
+            if !gone && self.wait.is_none() {
+                // Nobody else can run: the running thread goes on.
+                return true;
+            }
+            let soonest = self
+                .parked
+                .iter()
+                .filter_map(|p| p.wait.and_then(|w| w.deadline))
+                .chain(self.wait.filter(|_| !gone).and_then(|w| w.deadline))
+                .min();
+            match soonest {
+                Some(deadline) => std::thread::sleep(deadline.saturating_duration_since(now)),
+                // Every thread waits for a wake nobody can send.
+                None => return false,
+            }
+        }
+    }
+}
+
+/// A futex timeout as a deadline: relative for `FUTEX_WAIT`, absolute on
+/// the monotonic (or, with `FUTEX_CLOCK_REALTIME`, the real-time) clock
+/// for `FUTEX_WAIT_BITSET`.
+fn deadline_of(mem: &mut GuestMemory, addr: u64, relative: bool, op: u64) -> Result<Instant, i32> {
+    let (sec, nsec) = crate::syscall::timespec_at(mem, addr)?;
+    let wanted = Duration::new(sec as u64, nsec as u32);
+    let now = Instant::now();
+    if relative {
+        return Ok(now + wanted);
+    }
+    let since = if op & FUTEX_CLOCK_REALTIME != 0 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+    } else {
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+        Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+    };
+    Ok(now + wanted.saturating_sub(since))
+}
+
+/// `-errno` as a0 holds it.
+fn neg(e: i32) -> u64 {
+    (-i64::from(e)) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tcgkit_riscv::Rv64;
+    use tcgkit_tcg_core::Perms;
+
+    const DATA: u64 = 0x10_0000;
+    /// glibc's `pthread_create` flags.
+    const GLIBC: u64 = 0x3d_0f00;
+
+    struct World {
+        threads: Threads,
+        cpu: Cpu,
+        mem: GuestMemory,
+        engine: Engine<Rv64>,
+        mask: u64,
+    }
+
+    fn world() -> World {
+        let mut mem = GuestMemory::new();
+        mem.map(DATA, 0x1000, Perms::READ | Perms::WRITE).unwrap();
+        let mut cpu = Cpu::new();
+        cpu.set_pc(0x1000);
+        World {
+            threads: Threads::new(),
+            cpu,
+            mem,
+            engine: Engine::new(Rv64::new()),
+            mask: 0,
+        }
+    }
+
+    impl World {
+        fn clone(&mut self) -> u32 {
+            let args = [GLIBC, 0x8000, DATA + 0x100, 0x7000, DATA + 0x100, 0];
+            let step = self.threads.clone_thread(
+                args,
+                &self.cpu,
+                self.mask,
+                &mut self.mem,
+                &mut self.engine,
+            );
+            match step {
+                Some(Step::Return(tid)) => tid as u32,
+                other => panic!("clone: {other:?}"),
+            }
+        }
+        fn futex(&mut self, args: [u64; 6]) -> Step {
+            self.threads.futex(args, &mut self.cpu, &mut self.mem)
+        }
+        fn switch(&mut self) -> bool {
+            self.threads.switch(false, &mut self.cpu, &mut self.mask)
+        }
+    }
+
+    fn ret(e: i32) -> Step {
+        Step::Return(neg(e))
+    }
+
+    #[test]
+    fn clone_makes_a_thread_as_glibc_asks() {
+        let mut w = world();
+        let no_thread = [0x11, 0, 0, 0, 0, 0];
+        assert!(
+            w.threads
+                .clone_thread(no_thread, &w.cpu, 0, &mut w.mem, &mut w.engine)
+                .is_none(),
+            "fork is not a thread"
+        );
+        let no_sighand = [CLONE_VM | CLONE_THREAD, 0, 0, 0, 0, 0];
+        assert_eq!(
+            w.threads
+                .clone_thread(no_sighand, &w.cpu, 0, &mut w.mem, &mut w.engine),
+            Some(ret(errno::EINVAL))
+        );
+        w.mask = 0b1010;
+        let tid = w.clone();
+        assert_eq!(tid, std::process::id() + 1);
+        assert_eq!(w.mem.load(DATA + 0x100, 4), Ok(u64::from(tid)));
+        assert!(w.threads.several());
+        let parent = w.threads.tid;
+        assert!(w.switch());
+        assert_eq!(w.threads.tid, tid);
+        assert_eq!(
+            (w.cpu.x(10), w.cpu.x(2), w.cpu.x(4), w.cpu.pc()),
+            (0, 0x8000, 0x7000, 0x1004)
+        );
+        assert_eq!(w.mask, 0b1010, "the child starts with the parent's mask");
+        assert!(w.threads.vcpu.as_ref().is_some_and(|v| v.index() >= 1));
+        assert_eq!(w.threads.tids().len(), 2);
+        assert!(w.switch());
+        assert_eq!(w.threads.tid, parent);
+    }
+
+    #[test]
+    fn wait_and_wake_between_threads() {
+        let mut w = world();
+        let word = DATA + 0x40;
+        w.mem.store(word, 4, 5).unwrap();
+        let child = w.clone();
+        // The word changed: no wait.
+        assert_eq!(w.futex([word, FUTEX_WAIT, 4, 0, 0, 0]), ret(errno::EAGAIN));
+        assert_eq!(
+            w.futex([word + 2, FUTEX_WAIT, 5, 0, 0, 0]),
+            ret(errno::EINVAL)
+        );
+        assert_eq!(
+            w.futex([word, FUTEX_WAIT_BITSET, 5, 0, 0, 0]),
+            ret(errno::EINVAL)
+        );
+        // The parent waits (private flag set); the child runs and wakes it.
+        w.cpu.set_x(10, 99);
+        assert_eq!(w.futex([word, FUTEX_WAIT | 128, 5, 0, 0, 0]), Step::Blocked);
+        assert!(w.switch());
+        assert_eq!(w.threads.tid, child);
+        assert!(w.switch(), "the parent still waits: the child goes on");
+        assert_eq!(w.threads.tid, child);
+        // FUTEX_WAIT waits for every bit: a wake for any bit wakes it.
+        assert_eq!(
+            w.futex([word, FUTEX_WAKE_BITSET, 1, 0, 0, 0b10]),
+            Step::Return(1)
+        );
+        assert!(w.switch());
+        assert_ne!(w.threads.tid, child);
+        assert_eq!(w.cpu.x(10), 0, "woken: the wait returns 0");
+        assert_eq!(w.cpu.pc(), 0x1004);
+    }
+
+    #[test]
+    fn bitsets_requeue_and_wake_op() {
+        let mut w = world();
+        let (a, b) = (DATA + 0x80, DATA + 0x84);
+        let child = w.clone();
+        let _second = w.clone();
+        // Both children wait on `a`, with different bitsets.
+        assert!(w.switch());
+        assert_eq!(w.threads.tid, child);
+        assert_eq!(
+            w.futex([a, FUTEX_WAIT_BITSET, 0, 0, 0, 0b01]),
+            Step::Blocked
+        );
+        assert!(w.switch());
+        assert_eq!(
+            w.futex([a, FUTEX_WAIT_BITSET, 0, 0, 0, 0b10]),
+            Step::Blocked
+        );
+        assert!(w.switch());
+        assert_eq!(w.threads.tid, std::process::id());
+        assert_eq!(
+            w.futex([a, FUTEX_WAKE_BITSET, 9, 0, 0, 0b10]),
+            Step::Return(1)
+        );
+        // The other moves to `b` (the word must hold val3 first).
+        assert_eq!(
+            w.futex([a, FUTEX_CMP_REQUEUE, 0, 5, b, 1]),
+            ret(errno::EAGAIN)
+        );
+        assert_eq!(w.futex([a, FUTEX_CMP_REQUEUE, 0, 5, b, 0]), Step::Return(1));
+        assert_eq!(w.futex([a, FUTEX_WAKE, 9, 0, 0, 0]), Step::Return(0));
+        // WAKE_OP: b += 3, wake on `a` (nobody), and on `b` if old b == 0.
+        let add3_if_zero = (1 << 28) | (3 << 12);
+        assert_eq!(
+            w.futex([a, FUTEX_WAKE_OP, 1, 1, b, add3_if_zero]),
+            Step::Return(1)
+        );
+        assert_eq!(w.mem.load(b, 4), Ok(3));
+        // Old value 3 is not 0: nobody else is woken, the add still happens.
+        assert_eq!(
+            w.futex([a, FUTEX_WAKE_OP, 1, 1, b, add3_if_zero]),
+            Step::Return(0)
+        );
+        assert_eq!(w.mem.load(b, 4), Ok(6));
+    }
+
+    #[test]
+    fn timeouts_and_exits() {
+        let mut w = world();
+        let joiner_word = DATA + 0x100;
+        let child = w.clone();
+        // The parent joins: waits on the child's tid word.
+        assert_eq!(
+            w.futex([joiner_word, FUTEX_WAIT, u64::from(child), 0, 0, 0]),
+            Step::Blocked
+        );
+        assert!(w.switch());
+        assert_eq!(w.threads.tid, child);
+        // The child sleeps on a futex with a 1 ms timeout: every thread
+        // waits, so the process sleeps until the deadline.
+        let ts = DATA + 0x200;
+        w.mem.store(ts, 8, 0).unwrap();
+        w.mem.store(ts + 8, 8, 1_000_000).unwrap();
+        assert_eq!(
+            w.futex([DATA + 0x300, FUTEX_WAIT, 0, ts, 0, 0]),
+            Step::Blocked
+        );
+        let start = Instant::now();
+        assert!(w.switch());
+        assert!(start.elapsed() >= Duration::from_millis(1));
+        assert_eq!(w.threads.tid, child);
+        assert_eq!(w.cpu.x(10), neg(errno::ETIMEDOUT));
+        // Its exit clears the tid word and wakes the joiner.
+        assert_eq!(w.threads.exit_thread(&mut w.mem), Step::Exited);
+        assert!(w.threads.switch(true, &mut w.cpu, &mut w.mask));
+        assert_eq!(w.threads.tid, std::process::id());
+        assert_eq!(w.mem.load(joiner_word, 4), Ok(0));
+        assert!(!w.threads.several());
+        // Alone and waiting with no deadline: nothing can ever wake it.
+        assert_eq!(
+            w.futex([DATA + 0x300, FUTEX_WAIT, 0, 0, 0, 0]),
+            Step::Blocked
+        );
+        assert!(!w.switch());
+    }
+}
