@@ -1,5 +1,5 @@
 //! Differential tests on real-world programs nobody here wrote: Lua, zstd
-//! and the sqlite3 shell, built from Debian source packages for RV64 by
+//! (multithreaded: `-T4`) and the sqlite3 shell, built from Debian source packages for RV64 by
 //! `cargo xtask realworld`, each twice from the same objects: statically
 //! linked into `target/realworld/bin/` and dynamically linked against the
 //! cross glibc into `target/realworld/bin/dynamic/`. Each case runs under
@@ -410,6 +410,40 @@ fn zstd_round_trips_through_files_and_stdin() {
         program: zstd,
         args: &["-d", "-c"],
         stdin: compressed,
+        inputs: Vec::new(),
+        outputs: &[],
+    };
+    let reference = differential(&case);
+    assert!(
+        reference.stdout == text,
+        "decompression must restore the input"
+    );
+}
+
+#[test]
+fn zstd_compresses_with_four_threads() {
+    let Some(zstd) = program("zstd-mt") else {
+        return;
+    };
+    // Six 512 KiB jobs: zstd starts its pool of worker threads (clone,
+    // futex between the workers and the main thread); the frame is the
+    // same whatever order they finish in.
+    let text = corpus(3_000_000);
+    let case = Case {
+        name: "zstd-threads",
+        program: zstd.clone(),
+        args: &["-T4", "-3", "-B512K", "-c"],
+        stdin: text.clone(),
+        inputs: Vec::new(),
+        outputs: &[],
+    };
+    let reference = differential(&case);
+    assert!(reference.status.success(), "{}", reference.describe());
+    let case = Case {
+        name: "zstd-threads-decompress",
+        program: zstd,
+        args: &["-d", "-c"],
+        stdin: reference.stdout,
         inputs: Vec::new(),
         outputs: &[],
     };
