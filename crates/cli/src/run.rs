@@ -163,19 +163,21 @@ struct SyscallHooks {
     plugins: Option<PluginHost>,
     profiler: Option<Profiler>,
     pending: Option<(u64, [u64; 6])>,
+    /// The vCPU of the running guest thread.
+    vcpu: u32,
 }
 
 impl SyscallObserver for SyscallHooks {
     fn on_syscall(&mut self, number: u64, args: &[u64; 6]) {
         if let Some(plugins) = &self.plugins {
-            plugins.on_syscall(0, number, args);
+            plugins.on_syscall(self.vcpu, number, args);
         }
         self.pending = Some((number, *args));
     }
 
     fn on_syscall_return(&mut self, number: u64, ret: u64) {
         if let Some(plugins) = &self.plugins {
-            plugins.on_syscall_return(0, number, ret);
+            plugins.on_syscall_return(self.vcpu, number, ret);
         }
         let Some(profiler) = &self.profiler else {
             return;
@@ -184,16 +186,50 @@ impl SyscallObserver for SyscallHooks {
             Some((n, args)) if n == number => args,
             _ => [0; 6],
         };
+        let vcpu = self.vcpu;
         profiler.raise_with(EventKind::Syscall, || {
             Event::Syscall(Syscall {
-                vcpu: 0,
+                vcpu,
                 number,
                 args,
                 ret: ret as i64,
             })
         });
     }
+
+    fn on_vcpu_start(&mut self, vcpu: u32, cpu: &tcgkit_riscv::Cpu) {
+        if let Some(plugins) = &self.plugins {
+            // QEMU plugins may read the new vCPU's registers in vcpu_init.
+            let read = |name: &str| <Rv64 as tcgkit_tcg_core::Frontend>::read_register(cpu, name);
+            tcgkit_qemu_plugin::with_registers(&read, || plugins.vcpu_init(vcpu));
+        }
+        if let Some(profiler) = &self.profiler {
+            profiler.raise_with(EventKind::VcpuStarted, || {
+                Event::VcpuStarted(VcpuEvent { vcpu })
+            });
+        }
+    }
+
+    fn on_vcpu_exit(&mut self, vcpu: u32) {
+        if let Some(plugins) = &self.plugins {
+            plugins.vcpu_exit(vcpu);
+        }
+        if let Some(profiler) = &self.profiler {
+            profiler.raise_with(EventKind::VcpuStopped, || {
+                Event::VcpuStopped(VcpuEvent { vcpu })
+            });
+        }
+    }
+
+    fn on_vcpu_running(&mut self, vcpu: u32) {
+        self.vcpu = vcpu;
+    }
 }
+
+/// Scoreboard rows in user mode: the guest threads whose inline counts
+/// bundled plugins keep (QEMU's own plugins keep theirs in arrays of their
+/// own, indexed by the vCPU).
+const USER_VCPU_ROWS: u32 = 64;
 
 /// Runs the guest; returns its exit status, or does not return when a
 /// signal killed it (this process then dies by the same signal).
@@ -278,7 +314,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             end_code: layout.end_code,
             entry: layout.entry,
         };
-        let info = GuestInfo::user("riscv64", 1).with_program(program);
+        let info = GuestInfo::user("riscv64", USER_VCPU_ROWS).with_program(program);
         // Built for the engine's frontend: `insn`'s callback is compiled
         // into its loop.
         let registry = PluginRegistry::bundled_for::<Rv64>();
@@ -321,6 +357,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             plugins: plugins.clone(),
             profiler: profiler.clone(),
             pending: None,
+            vcpu: 0,
         }));
     }
     if let (Some(profiler), Some(plugins)) = (&profiler, &plugins) {

@@ -313,3 +313,55 @@ fn counts_are_the_same_in_both_execution_modes() {
         }
     }
 }
+
+#[test]
+fn every_guest_thread_is_counted_on_its_own_vcpu() {
+    // The main thread, four workers, a detached thread, a spinner and three
+    // at a barrier: ten vCPUs. Inline and callback counts, per vCPU, add
+    // up to what the engine executed in the same run.
+    for spec in ["insn,inline=true", "insn,inline=false", "bb,inline=true"] {
+        let (stdout, stats, report) = run_with(&[spec], "threads");
+        assert!(stdout.contains("worker 3: "), "{spec}: {stdout}");
+        let engine = number_after(&stats, "tcgkit: ");
+        // `cpu N insns: M` (insn) or `cpu N: bbs: B, insns: M` (bb).
+        let insns_of = |prefix: &str| -> Vec<u64> {
+            report
+                .lines()
+                .filter(|l| l.starts_with(prefix))
+                .map(|l| number_after(l, "insns:"))
+                .collect()
+        };
+        let rows = insns_of("cpu ");
+        assert_eq!(rows.len(), 10, "{spec}: {report}");
+        // Each worker adds 200000 numbers: more instructions than that.
+        assert!(rows[1..5].iter().all(|&n| n > 200_000), "{spec}: {report}");
+        assert_eq!(rows.iter().sum::<u64>(), engine, "{spec}: {report}");
+        assert_eq!(insns_of("total"), [engine], "{spec}: {report}");
+    }
+}
+
+#[test]
+fn resets_from_threads_keep_every_count() {
+    // `reset` resets itself from a block callback every N instructions,
+    // whichever guest thread runs then, and counts on through each
+    // completion: its total must be the engine's, exactly.
+    for every in ["7", "1000"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_tcgkit"))
+            .args(["run", "--stats", "--plugin"])
+            .arg(format!("reset,every={every}"))
+            .arg(guest("cxx_threads"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        let engine = number_after(&stderr, "tcgkit: ");
+        let resets = number_after(&stderr, "resets:");
+        assert_eq!(number_after(&stderr, "total insns:"), engine, "{stderr}");
+        assert!(resets >= engine / 1000, "every={every}: {stderr}");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.starts_with("shared 400000 atomic 400000"),
+            "{stdout}"
+        );
+    }
+}

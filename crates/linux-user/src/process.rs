@@ -62,6 +62,19 @@ pub trait SyscallObserver: Send {
     /// Called after it returned `ret` (a0 as the guest will see it; errors
     /// are `-errno`). Not called for `exit`/`exit_group` or a fatal signal.
     fn on_syscall_return(&mut self, number: u64, ret: u64);
+    /// A new guest thread's vCPU `vcpu` exists (its `clone` returned in the
+    /// parent), with its first registers; it has not run yet.
+    fn on_vcpu_start(&mut self, vcpu: u32, cpu: &Cpu) {
+        let _ = (vcpu, cpu);
+    }
+    /// The thread on vCPU `vcpu` exited (`exit` with others left).
+    fn on_vcpu_exit(&mut self, vcpu: u32) {
+        let _ = vcpu;
+    }
+    /// vCPU `vcpu` runs from now on: the syscalls that follow are its.
+    fn on_vcpu_running(&mut self, vcpu: u32) {
+        let _ = vcpu;
+    }
 }
 
 /// Options of a guest process.
@@ -476,7 +489,12 @@ impl Process {
                 }
                 return self.switch_thread(false);
             }
-            Some(Step::Exited) => return self.switch_thread(true),
+            Some(Step::Exited) => {
+                if let Some(observer) = self.observer.as_mut() {
+                    observer.on_vcpu_exit(self.threads.vcpu_index());
+                }
+                return self.switch_thread(true);
+            }
             None => self.kernel.syscall(&mut self.mem, number, args),
         };
         // Modules first: an unloaded module's blocks are retired between
@@ -536,7 +554,13 @@ impl Process {
                     &mut self.engine,
                 );
                 self.kernel.other_tids = self.threads.tids();
-                step?
+                let step = step?;
+                if let (Some(observer), Step::Return(tid)) = (self.observer.as_mut(), &step)
+                    && let Some((vcpu, cpu)) = self.threads.newest(*tid)
+                {
+                    observer.on_vcpu_start(vcpu, cpu);
+                }
+                step
             }
             nr::GETTID => Step::Return(u64::from(self.threads.tid)),
             nr::SET_TID_ADDRESS => Step::Return(self.threads.set_tid_address(args[0])),
@@ -575,6 +599,9 @@ impl Process {
         }
         if gone {
             self.kernel.other_tids = self.threads.tids();
+        }
+        if let Some(observer) = self.observer.as_mut() {
+            observer.on_vcpu_running(self.threads.vcpu_index());
         }
         self.deliver_pending()
     }

@@ -161,6 +161,18 @@ impl Threads {
         all
     }
 
+    /// The running thread's vCPU index.
+    pub(crate) fn vcpu_index(&self) -> u32 {
+        self.vcpu.as_ref().map_or(0, Vcpu::index)
+    }
+
+    /// Thread `tid`'s vCPU index and registers, if it is the one made
+    /// last and has not run yet.
+    pub(crate) fn newest(&self, tid: u64) -> Option<(u32, &Cpu)> {
+        let p = self.parked.back().filter(|p| u64::from(p.tid) == tid)?;
+        Some((p.vcpu.as_ref().map_or(0, Vcpu::index), &p.cpu))
+    }
+
     /// `set_tid_address`.
     pub(crate) fn set_tid_address(&mut self, addr: u64) -> u64 {
         self.clear_child_tid = addr;

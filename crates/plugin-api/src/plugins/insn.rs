@@ -97,7 +97,7 @@ impl InsnCount {
     /// The text printed at exit.
     pub fn report(&self) -> String {
         let mut s = String::new();
-        for vcpu in 0..self.board.vcpus() as u32 {
+        for vcpu in 0..super::rows_used(&self.board) {
             let _ = writeln!(s, "cpu {vcpu} insns: {}", self.vcpu_count(vcpu));
         }
         let _ = writeln!(s, "total insns: {}", self.total());
