@@ -27,7 +27,7 @@ pub trait CallbackFn: Send + Sync {
     }
     /// Whether the callback reads the guest registers
     /// ([`CallbackContext::read_register`]). True unless it says otherwise
-    /// ([`RegisterFree`], [`crate::InlinedCallback::register_free`]):
+    /// ([`RegisterFree`], alone or inside a [`crate::InlinedCallback`]):
     /// compiled code stores the registers it holds in host registers
     /// before calling one that does, and keeps them where they are
     /// around one that does not (QEMU's `QEMU_PLUGIN_CB_NO_REGS`).
