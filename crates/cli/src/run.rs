@@ -82,6 +82,80 @@ pub struct RunArgs {
     jit_background: Option<bool>,
     #[command(flatten)]
     trace: crate::trace::TraceArgs,
+    /// Set by tcgkit itself when a guest's `execve` starts an RV64 program
+    /// (see `ExecLauncher`): plugin output (`-D`) is appended to, not
+    /// truncated.
+    #[arg(long, hide = true)]
+    exec_child: bool,
+}
+
+/// Starts the RV64 programs a guest `execve`s under tcgkit again, with the
+/// options of this run (what qemu-user gets from binfmt_misc): the same
+/// plugins, JIT mode, prefix and strace; the environment is the guest's,
+/// and each program writes its trace to a file of its own.
+struct ExecLauncher {
+    exe: PathBuf,
+    /// This run's options, trace aside.
+    options: Vec<OsString>,
+    trace: crate::trace::TraceArgs,
+}
+
+impl ExecLauncher {
+    fn new(args: &RunArgs, prefix: Option<&std::path::Path>, jit: bool) -> ExecLauncher {
+        let mut options: Vec<OsString> = vec!["run".into(), "--exec-child".into()];
+        let mut option = |name: &str, value: OsString| {
+            options.push(name.into());
+            options.push(value);
+        };
+        if let Some(prefix) = prefix {
+            option("-L", prefix.into());
+        }
+        for plugin in &args.plugins {
+            option("--plugin", plugin.into());
+        }
+        if let Some(out) = &args.plugin_out {
+            option("-D", out.into());
+        }
+        if let Some(items) = &args.log_items {
+            option("-d", items.into());
+        }
+        option("--jit", if jit { "on" } else { "off" }.into());
+        if let Some(threshold) = args.jit_threshold {
+            option("--jit-threshold", threshold.to_string().into());
+        }
+        if let Some(background) = args.jit_background {
+            option(
+                "--jit-background",
+                if background { "on" } else { "off" }.into(),
+            );
+        }
+        if args.strace {
+            options.push("--strace".into());
+        }
+        if args.stats {
+            options.push("--stats".into());
+        }
+        ExecLauncher {
+            exe: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe")),
+            options,
+            trace: args.trace.clone(),
+        }
+    }
+}
+
+impl tcgkit_linux_user::Launcher for ExecLauncher {
+    fn command(&self, program: &std::path::Path, argv: &[OsString]) -> (PathBuf, Vec<OsString>) {
+        let mut args: Vec<OsString> = vec!["tcgkit".into()];
+        args.extend(self.options.iter().cloned());
+        // The exec keeps this process's pid.
+        args.extend(self.trace.child_args(std::process::id()));
+        args.push("-0".into());
+        args.push(argv.first().cloned().unwrap_or_else(|| program.into()));
+        args.push("--".into());
+        args.push(program.into());
+        args.extend(argv.iter().skip(1).cloned());
+        (self.exe.clone(), args)
+    }
 }
 
 /// `on`/`off` (also `1`/`0`, `true`/`false`, `yes`/`no`).
@@ -165,6 +239,8 @@ struct SyscallHooks {
     pending: Option<(u64, [u64; 6])>,
     /// The vCPU of the running guest thread.
     vcpu: u32,
+    /// The trace, which a forked child continues in a file of its own.
+    trace: Option<(std::sync::Arc<tcgkit_profiler::TraceSession>, PathBuf)>,
 }
 
 impl SyscallObserver for SyscallHooks {
@@ -224,6 +300,51 @@ impl SyscallObserver for SyscallHooks {
     fn on_vcpu_running(&mut self, vcpu: u32) {
         self.vcpu = vcpu;
     }
+
+    fn before_fork(&mut self) {
+        if let Some(plugins) = &self.plugins
+            && let Err(e) = plugins.flush_output()
+        {
+            eprintln!("tcgkit: warning: plugin output: {e}");
+        }
+        if let Some((session, _)) = &self.trace
+            && let Err(e) = session.flush()
+        {
+            eprintln!("tcgkit: warning: trace: {e}");
+        }
+    }
+
+    fn after_fork(&mut self, child: Option<u32>) {
+        if child.is_some() {
+            return;
+        }
+        // The child: plugin output goes on in the same file or stream, as
+        // QEMU's log does; the trace is the parent's, so the child starts
+        // its own beside it.
+        if let Some((session, path)) = &self.trace {
+            let own = crate::trace::per_process_path(path, std::process::id());
+            if let Err(e) = session.continue_in(&own) {
+                eprintln!("tcgkit: warning: trace: {e}");
+            }
+            // The thread that completes the trace on Ctrl-C stayed behind.
+            if let Err(e) = finish_trace_on_interrupt(std::sync::Arc::clone(session)) {
+                eprintln!("tcgkit: warning: {e:#}");
+            }
+        }
+    }
+
+    fn before_exec(&mut self) {
+        if let Some(plugins) = &self.plugins
+            && let Err(e) = plugins.flush_output()
+        {
+            eprintln!("tcgkit: warning: plugin output: {e}");
+        }
+        if let Some((session, _)) = &self.trace
+            && let Err(e) = session.finish()
+        {
+            eprintln!("tcgkit: warning: trace: {e}");
+        }
+    }
 }
 
 /// Scoreboard rows in user mode: the guest threads whose inline counts
@@ -236,15 +357,18 @@ const USER_VCPU_ROWS: u32 = 64;
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     // One positional list, so that everything after GUEST is the guest's
     // even when it looks like one of our options.
+    let prefix = args
+        .prefix
+        .clone()
+        .or_else(|| std::env::var_os("QEMU_LD_PREFIX").map(PathBuf::from));
+    let jit = args.jit.unwrap_or(true);
+    let launcher = ExecLauncher::new(&args, prefix.as_deref(), jit);
     let mut argv = args.command;
     let guest = PathBuf::from(argv.first().context("no guest program given")?);
     if let (Some(first), Some(argv0)) = (argv.first_mut(), args.argv0) {
         *first = argv0;
     }
     let env = guest_environment(std::env::vars_os(), &args.set_env, &args.unset_env);
-    let prefix = args
-        .prefix
-        .or_else(|| std::env::var_os("QEMU_LD_PREFIX").map(PathBuf::from));
     let trace = args.trace.open()?.map(std::sync::Arc::new);
     if let Some(session) = &trace {
         finish_trace_on_interrupt(std::sync::Arc::clone(session))?;
@@ -268,7 +392,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let image = &image;
     let options = Options::default()
         .with_strace(args.strace)
-        .with_prefix(prefix);
+        .with_prefix(prefix)
+        .with_launcher(Some(std::sync::Arc::new(launcher)));
     let mut process = Process::from_image_with_options(image, &guest, &argv, &env, options)
         .map_err(|e| anyhow::anyhow!("cannot run {}: {e}", guest.display()))?;
     // Every module the guest maps (the program, ld.so, its libraries,
@@ -279,7 +404,6 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         modules.add_observer(session.image_observer());
     }
     process.set_module_registry(modules);
-    let jit = args.jit.unwrap_or(true);
     if jit {
         let threshold = args.jit_threshold.unwrap_or(JitConfig::DEFAULT_THRESHOLD);
         let mut config = JitConfig::on(threshold);
@@ -301,10 +425,20 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         None
     } else {
         let out: Box<dyn std::io::Write + Send> = match &args.plugin_out {
-            Some(path) => Box::new(std::io::BufWriter::new(
-                std::fs::File::create(path)
-                    .with_context(|| format!("creating plugin output {}", path.display()))?,
-            )),
+            Some(path) => {
+                // An exec'd program adds to its parent's output.
+                let file = if args.exec_child {
+                    std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(path)
+                } else {
+                    std::fs::File::create(path)
+                };
+                Box::new(std::io::BufWriter::new(file.with_context(|| {
+                    format!("creating plugin output {}", path.display())
+                })?))
+            }
             None => Box::new(std::io::stderr()),
         };
         let layout = process.layout();
@@ -358,6 +492,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             profiler: profiler.clone(),
             pending: None,
             vcpu: 0,
+            trace: trace
+                .clone()
+                .zip(args.trace.path().map(std::path::Path::to_path_buf)),
         }));
     }
     if let (Some(profiler), Some(plugins)) = (&profiler, &plugins) {

@@ -108,11 +108,23 @@ const MODES: [&[&str]; 2] = [&["--jit", "off"], &["--jit", "on", "--jit-threshol
 /// One side-by-side run per execution mode; `options` go before the guest
 /// on both command lines.
 fn compare(case: &str, guest: &Path, options: &[&str], args: &[&str], stdin: &[u8]) {
+    compare_with(case, guest, options, args, args, stdin);
+}
+
+/// [`compare`], where qemu-riscv64 gets `reference_args` instead of `args`.
+fn compare_with(
+    case: &str,
+    guest: &Path,
+    options: &[&str],
+    args: &[&str],
+    reference_args: &[&str],
+    stdin: &[u8],
+) {
     let fixture = guest.display();
     assert!(guest.exists(), "missing fixture {fixture}");
     let (stdout_file, status_file) = recorded(case);
     let reference = qemu_available().then(|| {
-        let reference = execute(QEMU, options, guest, args, stdin);
+        let reference = execute(QEMU, options, guest, reference_args, stdin);
         if std::env::var("TCGKIT_BLESS").as_deref() == Ok("1") {
             std::fs::create_dir_all(fixtures().join("expected")).expect("expected dir");
             std::fs::write(&stdout_file, &reference.stdout).expect("write recorded stdout");
@@ -202,6 +214,38 @@ fn pthreads() {
 #[test]
 fn cxx_threads() {
     differential("cxx_threads", "cxx_threads", &[], b"");
+}
+
+/// fork (and vfork, posix_spawn, system, popen), pipes, dup2, every kind
+/// of wait, and execve of host programs and of RV64 ones: `children SELF`
+/// execs SELF to run itself again. tcgkit gets the fixture's own path (its
+/// execve starts RV64 programs under tcgkit with the same options);
+/// qemu-riscv64, which would need binfmt_misc for that, gets a host script
+/// that starts qemu-riscv64 on the fixture.
+#[test]
+fn child_processes() {
+    let dir = std::env::temp_dir().join(format!("tcgkit-children-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut cases = vec![("children", fixtures().join("children"), vec![])];
+    if sysroot_available() {
+        let dynamic = fixtures().join("dynamic").join("children");
+        cases.push(("dynamic_children", dynamic, vec!["-L", SYSROOT]));
+    }
+    for (case, guest, options) in cases {
+        let wrapper = dir.join(case);
+        let script = format!(
+            "#!/bin/sh\nexec {QEMU} {} {} \"$@\"\n",
+            options.join(" "),
+            guest.display()
+        );
+        std::fs::write(&wrapper, script).unwrap();
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let ours = guest.to_string_lossy().into_owned();
+        let theirs = wrapper.to_string_lossy().into_owned();
+        compare_with(case, &guest, &options, &[&ours], &[&theirs], b"");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

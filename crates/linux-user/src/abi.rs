@@ -64,6 +64,11 @@ pub mod nr {
     pub const SCHED_GETAFFINITY: u64 = 123;
     pub const SCHED_YIELD: u64 = 124;
     pub const CLONE: u64 = 220;
+    pub const EXECVE: u64 = 221;
+    pub const WAIT4: u64 = 260;
+    pub const WAITID: u64 = 95;
+    pub const SETPGID: u64 = 154;
+    pub const SETSID: u64 = 157;
     pub const CLONE3: u64 = 435;
     pub const KILL: u64 = 129;
     pub const TKILL: u64 = 130;

@@ -64,6 +64,19 @@ impl FdTable {
             .ok_or(errno::EBADF)
     }
 
+    /// The descriptors a new program inherits (`execve`): every one not
+    /// marked close-on-exec, with its guest number.
+    pub(crate) fn inherited(&self) -> Vec<(u32, BorrowedFd<'_>)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(n, slot)| {
+                let e = slot.as_ref().filter(|e| !e.cloexec)?;
+                Some((n as u32, e.host.as_fd()))
+            })
+            .collect()
+    }
+
     /// Installs `host` at the lowest free number >= `min`; `EMFILE` if none.
     pub(crate) fn insert(&mut self, host: OwnedFd, cloexec: bool, min: usize) -> Result<u64, i32> {
         let free = (min..self.limit).find(|&i| self.slots.get(i).is_none_or(Option::is_none));

@@ -6,13 +6,16 @@ use std::ffi::OsString;
 use std::io::Write as _;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use tcgkit_image_core::{Image, ImageRegistry};
 use tcgkit_riscv::{Cpu, Rv64};
 use tcgkit_tcg_core::{CpuExit, Engine, GuestMemory, MemFaultKind};
 
+use crate::children::{self, ForkRequest, Launcher};
 use crate::error::LoadError;
 use crate::fd::FdTable;
+use crate::host::{self, ExecFailure, Forked};
 use crate::loader::{self, Credentials, Placement};
 use crate::mm::AddressSpace;
 use crate::modules::{Module, ModuleObserver, ModuleSet};
@@ -75,10 +78,26 @@ pub trait SyscallObserver: Send {
     fn on_vcpu_running(&mut self, vcpu: u32) {
         let _ = vcpu;
     }
+    /// The host process is about to fork (a guest `fork` or `vfork`):
+    /// write out buffered output, or parent and child would both write it,
+    /// and stop host threads of your own (the child has only the forking
+    /// thread).
+    fn before_fork(&mut self) {}
+    /// The fork happened: in the parent with the child's pid, in the child
+    /// with `None` (where output meant for one process only, a trace say,
+    /// must go elsewhere).
+    fn after_fork(&mut self, child: Option<u32>) {
+        let _ = child;
+    }
+    /// This process is about to become another program (a guest
+    /// `execve`): complete what would be lost with it (a trace). Plugins'
+    /// atexit callbacks do not run, as under QEMU: the process does not
+    /// exit.
+    fn before_exec(&mut self) {}
 }
 
 /// Options of a guest process.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 #[non_exhaustive]
 pub struct Options {
     /// Print each syscall on stderr like `qemu-riscv64 -strace`.
@@ -87,9 +106,29 @@ pub struct Options {
     /// its program interpreter first, are looked up under this directory
     /// before the host's own.
     pub prefix: Option<PathBuf>,
+    /// Starts the RV64 programs the guest `execve`s; without one such an
+    /// `execve` fails with `ENOEXEC`, as under qemu-user without
+    /// binfmt_misc. Host programs are executed directly either way.
+    pub launcher: Option<Arc<dyn Launcher>>,
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("strace", &self.strace)
+            .field("prefix", &self.prefix)
+            .field("launcher", &self.launcher.is_some())
+            .finish()
+    }
 }
 
 impl Options {
+    /// Options with the launcher of exec'd RV64 programs set as given.
+    pub fn with_launcher(mut self, launcher: Option<Arc<dyn Launcher>>) -> Options {
+        self.launcher = launcher;
+        self
+    }
+
     /// Options with `strace` set as given.
     pub fn with_strace(mut self, strace: bool) -> Options {
         self.strace = strace;
@@ -477,6 +516,16 @@ impl Process {
             let _ = err.write_all(line.as_bytes());
             let _ = err.flush();
         }
+        if number == crate::abi::nr::EXECVE {
+            // Only a failed exec returns.
+            match self.execve(args) {
+                Ok(e) => {
+                    self.finish_syscall(number, &args, (-i64::from(e)) as u64);
+                    return self.deliver_pending();
+                }
+                Err(exit) => return Some(exit),
+            }
+        }
         let outcome = match self.thread_syscall(number, args) {
             Some(Step::Return(value)) => Outcome::Return(value),
             Some(Step::ReturnAndYield(value)) => {
@@ -539,12 +588,13 @@ impl Process {
         self.cpu.set_pc(self.cpu.pc().wrapping_add(4));
     }
 
-    /// The syscalls that concern threads (see `threads.rs`); `None` for
-    /// the kernel's.
+    /// The syscalls that concern threads (`threads.rs`) and child
+    /// processes (`children.rs`); `None` for the kernel's.
     fn thread_syscall(&mut self, number: u64, args: [u64; 6]) -> Option<Step> {
         use crate::abi::nr;
         let several = self.threads.several();
         let step = match number {
+            nr::CLONE if args[0] & CLONE_THREAD == 0 => self.fork(args),
             nr::CLONE => {
                 let step = self.threads.clone_thread(
                     args,
@@ -562,6 +612,14 @@ impl Process {
                 }
                 step
             }
+            nr::WAIT4 => errno_step(children::wait4(
+                &mut self.mem,
+                args[0],
+                args[1],
+                args[2],
+                args[3],
+            )),
+            nr::WAITID => errno_step(children::waitid(&mut self.mem, args)),
             nr::GETTID => Step::Return(u64::from(self.threads.tid)),
             nr::SET_TID_ADDRESS => Step::Return(self.threads.set_tid_address(args[0])),
             nr::EXIT if several => self.threads.exit_thread(&mut self.mem),
@@ -582,6 +640,111 @@ impl Process {
             _ => return None,
         };
         Some(step)
+    }
+
+    /// `clone` of a new process: the host process forks (`children.rs`).
+    fn fork(&mut self, args: [u64; 6]) -> Step {
+        let request = match ForkRequest::from_clone(args) {
+            Ok(request) => request,
+            Err(e) => return Step::Return((-i64::from(e)) as u64),
+        };
+        if let Some(observer) = self.observer.as_mut() {
+            observer.before_fork();
+        }
+        self.engine.stop_host_threads();
+        self.threads.before_fork();
+        let _ = std::io::stderr().flush();
+        let forked = host::fork();
+        let child = match forked {
+            Ok(Forked::Child) => Some(std::process::id()),
+            _ => None,
+        };
+        self.threads
+            .after_fork(child, request.clear_tid, &mut self.engine);
+        if let Some(observer) = self.observer.as_mut() {
+            match forked {
+                Ok(Forked::Parent(pid)) => observer.after_fork(Some(pid)),
+                Ok(Forked::Child) => observer.after_fork(None),
+                Err(_) => {}
+            }
+        }
+        match forked {
+            Err(e) => Step::Return((-i64::from(e)) as u64),
+            Ok(Forked::Parent(pid)) => {
+                if let Some(addr) = request.parent_tid {
+                    let _ = self.mem.store(addr, 4, u64::from(pid));
+                }
+                Step::Return(u64::from(pid))
+            }
+            Ok(Forked::Child) => {
+                let pid = u64::from(std::process::id());
+                self.kernel.other_tids.clear();
+                if let Some(addr) = request.child_tid {
+                    let _ = self.mem.store(addr, 4, pid);
+                }
+                if let Some(tls) = request.tls {
+                    self.cpu.set_x(4, tls);
+                }
+                if request.stack != 0 {
+                    self.cpu.set_x(2, request.stack);
+                }
+                Step::Return(0)
+            }
+        }
+    }
+
+    /// `execve`: the errno for the guest when it failed with nothing
+    /// changed, or the process's end when it failed past the point of no
+    /// return (Linux kills such a process). On success it does not return.
+    fn execve(&mut self, args: [u64; 6]) -> Result<i32, GuestExit> {
+        let children::ExecArgs {
+            mut path,
+            argv,
+            envp,
+        } = match children::exec_args(&mut self.mem, args[0], args[1], args[2]) {
+            Ok(parts) => parts,
+            Err(e) => return Ok(e),
+        };
+        if path == b"/proc/self/exe" {
+            // As qemu-user: the program itself, not the emulator.
+            path = self.kernel.exe_path.as_os_str().as_bytes().to_vec();
+        }
+        let kernel = &self.kernel;
+        let resolve = |p: &[u8]| kernel.resolve_path(p);
+        let launcher = self.options.launcher.as_deref();
+        let plan = match children::plan_exec(&path, &argv, &resolve, launcher) {
+            Ok(plan) => plan,
+            Err(e) => return Ok(e),
+        };
+        let strings = (
+            children::c_strings(std::iter::once(plan.program.as_os_str().as_bytes())),
+            children::c_strings(plan.argv.iter().map(|a| a.as_bytes())),
+            children::c_strings(envp.iter().map(Vec::as_slice)),
+        );
+        let (Ok(mut program), Ok(host_argv), Ok(env)) = strings else {
+            return Ok(crate::abi::errno::EINVAL);
+        };
+        let Some(program) = program.pop() else {
+            return Ok(crate::abi::errno::EINVAL);
+        };
+        // What would be lost with this image: shared mappings' last
+        // stores, and whatever the observers must complete.
+        self.kernel.finish(&mut self.mem);
+        if let Some(observer) = self.observer.as_mut() {
+            observer.before_exec();
+        }
+        let _ = std::io::stderr().flush();
+        let fds = self.kernel.fds.inherited();
+        match host::exec(&program, &host_argv, &env, &fds) {
+            ExecFailure::Before(e) => Ok(e),
+            ExecFailure::After(e) => {
+                eprintln!(
+                    "tcgkit: execve of {} failed after the point of no return: errno {e}",
+                    plan.program.display()
+                );
+                Err(GuestExit::Signaled(Signal::KILL))
+            }
+        }
     }
 
     /// Runs the next thread in turn (`gone`: the running one exited).
@@ -614,4 +777,15 @@ impl Process {
         }
         GuestExit::Signaled(sig)
     }
+}
+
+/// `clone`'s flag for a thread of the same process.
+const CLONE_THREAD: u64 = 0x1_0000;
+
+/// A handler's result as what the guest's a0 gets.
+fn errno_step(result: Result<u64, i32>) -> Step {
+    Step::Return(match result {
+        Ok(value) => value,
+        Err(e) => (-i64::from(e)) as u64,
+    })
 }

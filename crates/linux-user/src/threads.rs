@@ -236,6 +236,41 @@ impl Threads {
         Some(Step::Return(u64::from(tid)))
     }
 
+    /// Stops the ticker thread before the host process forks (a child has
+    /// only the forking thread); [`Threads::after_fork`] starts it again
+    /// where more than one guest thread remains.
+    pub(crate) fn before_fork(&mut self) {
+        self.ticker = None;
+    }
+
+    /// After a fork: the parent's threads go on as before; in the child
+    /// (`child`: its pid) only the forking thread exists, as under Linux,
+    /// with the child's pid as its id, `clear_tid` (`CLONE_CHILD_CLEARTID`)
+    /// as its clear-tid word if given.
+    pub(crate) fn after_fork(
+        &mut self,
+        child: Option<u32>,
+        clear_tid: Option<u64>,
+        engine: &mut Engine<tcgkit_riscv::Rv64>,
+    ) {
+        match child {
+            None => {
+                if self.several() {
+                    self.ticker = Ticker::start(engine.exit_handle());
+                }
+            }
+            Some(pid) => {
+                self.parked.clear();
+                self.tid = pid;
+                self.next_tid = pid.wrapping_add(1);
+                self.wait = None;
+                if let Some(addr) = clear_tid {
+                    self.clear_child_tid = addr;
+                }
+            }
+        }
+    }
+
     /// `exit` of the running thread while others live: its clear-tid word
     /// is zeroed and woken (how `pthread_join` learns of it).
     pub(crate) fn exit_thread(&mut self, mem: &mut GuestMemory) -> Step {

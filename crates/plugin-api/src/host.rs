@@ -1215,6 +1215,19 @@ impl PluginHost {
         }
     }
 
+    /// Writes out what the plugins' output has buffered (before the
+    /// process forks: parent and child share the output file, as QEMU's
+    /// `-D` log, and each must write only its own lines).
+    pub fn flush_output(&self) -> Result<(), PluginError> {
+        let mut out = self
+            .inner
+            .out
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        out.flush()?;
+        Ok(())
+    }
+
     /// Ends the run: completes pending resets and uninstalls (nothing
     /// executes any more, so no old callback can run), runs every atexit
     /// callback (also those of plugins removed after a panic), and flushes

@@ -557,3 +557,34 @@ fn sessions_can_be_shared_with_a_signal_handler_thread() {
         "exactly the events before finish were written"
     );
 }
+
+/// A forked child's session: the parent's records were flushed to the
+/// parent's file before the fork, and the child's trace is a complete
+/// trace of its own, with none of them.
+#[test]
+fn a_session_continued_in_a_new_file_is_a_trace_of_its_own() {
+    let dir = std::env::temp_dir().join(format!("tcgkit-continue-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let parent = dir.join("run.json");
+    let child = dir.join("run.child.json");
+    let session = TraceSession::create(&parent, TraceFormat::Chrome).unwrap();
+    let flush = |generation, count| Event::TbFlushed(TbFlushed { generation, count });
+    session.profiler().raise(flush(0, 11));
+    session.flush().unwrap();
+    let flushed = std::fs::read_to_string(&parent).unwrap();
+    assert!(flushed.contains("\"count\":11"), "{flushed}");
+    session.continue_in(&child).unwrap();
+    session.profiler().raise(flush(1, 22));
+    let summary = session.finish().unwrap();
+    assert_eq!(summary.events, 1, "only the child's own event");
+    let events = chrome_events(&std::fs::read_to_string(&child).unwrap());
+    let counts: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["name"] == "tb flush")
+        .map(|e| &e["args"]["count"])
+        .collect();
+    assert_eq!(counts, [&Value::from(22)]);
+    // The parent's file holds what was flushed, untouched by the child.
+    assert_eq!(std::fs::read_to_string(&parent).unwrap(), flushed);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -115,6 +115,11 @@ impl Kernel {
         }
     }
 
+    /// The host path for guest path `path` (the `-L` prefix applied).
+    pub(crate) fn resolve_path(&self, path: &[u8]) -> Vec<u8> {
+        self.prefix.resolve(path)
+    }
+
     /// Replaces the `-L` prefix of guest paths.
     pub(crate) fn set_prefix(&mut self, prefix: PathPrefix) {
         self.prefix = prefix;
@@ -250,6 +255,10 @@ impl Kernel {
             nr::GETRUSAGE => system::getrusage(mem, a0, a1),
             nr::TIMES => system::times(mem, a0),
             nr::GETSID => system::getsid(a0),
+            nr::SETPGID => system::setpgid(a0, a1),
+            nr::SETSID => rustix::process::setsid()
+                .map(|p| p.as_raw_nonzero().get() as u64)
+                .map_err(host_errno),
             nr::GETGROUPS => system::getgroups(mem, a0, a1),
             nr::GETCPU => system::getcpu(mem, a0, a1),
             nr::SIGALTSTACK => self.sigaltstack(mem, a0, a1),
@@ -374,8 +383,16 @@ impl Kernel {
             _ => a0 == me && (a1 == me || self.is_other_thread(a1)),
         };
         if !target_ok {
-            // Signalling other processes is not supported: say "no such process".
-            return Outcome::Return((-i64::from(errno::ESRCH)) as u64);
+            // Another process or group (a child, say): the host delivers
+            // it. Threads of other processes are not reached.
+            let result = match number {
+                nr::KILL => crate::host::kill(a0 as i32, signal as i32).map(|()| 0),
+                _ => Err(errno::ESRCH),
+            };
+            return Outcome::Return(match result {
+                Ok(v) => v,
+                Err(e) => (-i64::from(e)) as u64,
+            });
         }
         if signal == 0 {
             return Outcome::Return(0);

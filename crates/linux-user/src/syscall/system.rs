@@ -306,6 +306,12 @@ pub(super) fn getpgid(pid: u64) -> SysResult {
         .map_err(host_errno)
 }
 
+pub(super) fn setpgid(pid: u64, pgid: u64) -> SysResult {
+    rustix::process::setpgid(pid_arg(pid)?, pid_arg(pgid)?)
+        .map(|()| 0)
+        .map_err(host_errno)
+}
+
 pub(super) fn getsid(pid: u64) -> SysResult {
     rustix::process::getsid(pid_arg(pid)?)
         .map(|p| p.as_raw_nonzero().get() as u64)

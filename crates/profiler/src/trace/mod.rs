@@ -253,6 +253,28 @@ impl TraceSession {
         ImageEventBridge::new(self.profiler.clone())
     }
 
+    /// Writes out what the streaming trace has buffered, e.g. before the
+    /// process forks, so that the child does not write it a second time.
+    pub fn flush(&self) -> Result<(), TraceError> {
+        self.sink
+            .flush()
+            .map_err(|source| TraceError::Write { source })
+    }
+
+    /// Goes on in a new file at `path`, as an empty trace of the same
+    /// format: what a forked child does with the session it inherited (the
+    /// records so far are the parent's, in the parent's file). Flush
+    /// before the fork: bytes still buffered are dropped here.
+    pub fn continue_in(&self, path: &Path) -> Result<(), TraceError> {
+        let file = File::create(path).map_err(|source| TraceError::Create {
+            path: path.to_owned(),
+            source,
+        })?;
+        self.sink
+            .restart(Box::new(file))
+            .map_err(|source| TraceError::Write { source })
+    }
+
     /// Stop listening, close open spans, write the end of the trace and
     /// flush. Idempotent: later calls (and `Drop`) return the same summary
     /// or error without writing anything.

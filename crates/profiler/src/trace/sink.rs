@@ -126,6 +126,37 @@ impl Sink {
     pub(crate) fn finish(&self) -> Result<TraceSummary, io::Error> {
         lock(&self.state).finish()
     }
+
+    /// Writes out what is buffered for the writer (streaming only).
+    pub(crate) fn flush(&self) -> Result<(), io::Error> {
+        let mut state = lock(&self.state);
+        match state.error.take() {
+            Some(e) => Err(e),
+            None => state.writer.flush(),
+        }
+    }
+
+    /// Starts an empty trace of the same format and mode in `writer`,
+    /// dropping what the old one still buffered (it is not this
+    /// process's to write: see `TraceSession::continue_in`).
+    pub(crate) fn restart(&self, writer: Box<dyn Write + Send>) -> Result<(), io::Error> {
+        let mut state = lock(&self.state);
+        let mode = match &state.ring {
+            None => TraceMode::Streaming,
+            Some(ring) => TraceMode::Buffered {
+                max_events: ring.max,
+            },
+        };
+        let fresh = Sink::new(writer, state.format, mode)?;
+        let fresh = fresh
+            .state
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner);
+        let old = std::mem::replace(&mut *state, fresh);
+        // into_parts gives the buffer back instead of flushing it.
+        drop(old.writer.into_parts());
+        Ok(())
+    }
 }
 
 impl Listener for Sink {

@@ -341,6 +341,54 @@ fn background_compiler_publishes_code_between_runs() {
     assert!(engine.stats().blocks_compiled > 0);
 }
 
+/// Stopping the engine's host threads (before a fork) waits for the
+/// compiler thread's jobs and publishes them: the next run executes
+/// compiled code without waiting, and a later hot block starts the thread
+/// again.
+#[test]
+fn stopping_host_threads_publishes_every_compile_in_flight() {
+    let code = [
+        enc::addi(COUNTER, 0, 50),
+        enc::addi(6, 6, 3),
+        enc::addi(COUNTER, COUNTER, -1),
+        enc::b(1, COUNTER, 0, -8),
+        enc::ECALL,
+    ];
+    let interp = run(&code, &[0; 31], JitConfig::OFF);
+    let bytes: Vec<u8> = code.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let mut mem = GuestMemory::new();
+    mem.map(CODE, 0x4000, Perms::READ | Perms::EXEC).unwrap();
+    mem.write_initial(CODE, &bytes).unwrap();
+    let mut engine = Engine::new(Rv64::new());
+    let config = JitConfig {
+        enabled: true,
+        threshold: 10,
+        background: true,
+    };
+    engine.set_jit(config).unwrap();
+    let run_once = |engine: &mut Engine<Rv64>, mem: &mut GuestMemory| {
+        let mut cpu = Cpu::new();
+        cpu.set_x(BASE, DATA);
+        cpu.set_pc(CODE);
+        assert_eq!(engine.run(&mut cpu, mem), interp.exit);
+        assert_eq!((0..32).map(|i| cpu.x(i)).collect::<Vec<_>>(), interp.regs);
+    };
+    // The loop body becomes hot within the first run and is sent away.
+    run_once(&mut engine, &mut mem);
+    engine.stop_host_threads();
+    assert!(engine.stats().blocks_compiled > 0, "{:?}", engine.stats());
+    let before = engine.stats().compiled_blocks_executed;
+    run_once(&mut engine, &mut mem);
+    assert!(
+        engine.stats().compiled_blocks_executed > before,
+        "the published code did not run: {:?}",
+        engine.stats()
+    );
+    // Stopped twice, or with nothing in flight: nothing to do.
+    engine.stop_host_threads();
+    run_once(&mut engine, &mut mem);
+}
+
 /// An engine dropped while the compiler thread still has its blocks
 /// stops the thread and frees everything (valgrind sees no leak or
 /// error here).

@@ -325,6 +325,18 @@ impl<F: Frontend> Engine<F> {
         Ok(())
     }
 
+    /// Stops the engine's own host threads (the JIT's background
+    /// compiler) after they finish what they hold, so that the host
+    /// process can fork: a child has only the forking thread, and a
+    /// compiler thread that was not there would leave its blocks waiting
+    /// for good. They start again on demand, in parent and child alike.
+    pub fn stop_host_threads(&mut self) {
+        if let Some(compiler) = self.jit.as_mut() {
+            let published = compiler.stop_worker(&mut self.current.jit);
+            self.stats.blocks_compiled += published as u64;
+        }
+    }
+
     /// The JIT's configuration.
     pub fn jit(&self) -> JitConfig {
         self.jit_config

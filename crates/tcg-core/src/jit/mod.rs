@@ -828,12 +828,35 @@ impl JitCompiler {
     /// for other instances are dropped: their generation was cleared).
     /// Returns how many blocks got code.
     pub(crate) fn poll<Op: Copy>(&mut self, blocks: &mut JitBlocks<Op>) -> usize {
+        let mut done = Vec::new();
+        while let Some(finished) = self.worker.as_mut().and_then(Worker::try_recv) {
+            done.push(finished);
+        }
+        self.publish_finished(blocks, done)
+    }
+
+    /// Stops the compiler thread once it has finished every block it was
+    /// sent, and publishes them; a later hot block starts it again. Returns
+    /// how many blocks got code.
+    pub(crate) fn stop_worker<Op: Copy>(&mut self, blocks: &mut JitBlocks<Op>) -> usize {
+        match self.worker.take() {
+            Some(worker) => {
+                let done = worker.stop();
+                self.publish_finished(blocks, done)
+            }
+            None => 0,
+        }
+    }
+
+    /// Publishes `done` (results for other instances are dropped: their
+    /// generation was cleared). Returns how many blocks got code.
+    fn publish_finished<Op: Copy>(&mut self, blocks: &mut JitBlocks<Op>, done: Vec<Done>) -> usize {
         let mut placed = Vec::new();
-        while let Some(Done {
+        for Done {
             instance,
             index,
             code,
-        }) = self.worker.as_mut().and_then(Worker::try_recv)
+        } in done
         {
             if instance == blocks.instance
                 && let Some(p) = self.place(blocks, index, code)

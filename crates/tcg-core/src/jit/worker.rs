@@ -122,6 +122,18 @@ impl Worker {
     }
 }
 
+impl Worker {
+    /// Ends the thread once it has compiled every job it was sent, and
+    /// returns what it finished that was not received yet.
+    pub(crate) fn stop(mut self) -> Vec<Done> {
+        self.jobs = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        self.done.try_iter().collect()
+    }
+}
+
 impl Drop for Worker {
     fn drop(&mut self) {
         // Closing the queue ends the thread after its current job.
