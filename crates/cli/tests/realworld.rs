@@ -145,6 +145,12 @@ struct Case<'a> {
     inputs: Vec<(&'a str, Vec<u8>)>,
     /// Files the program writes in the working directory; compared too.
     outputs: &'a [&'a str],
+    /// RV64 programs the case runs by name (statically linked builds; the
+    /// dynamic case uses their dynamic twins): for tcgkit, links to them in
+    /// a directory first on PATH, whose execve tcgkit runs itself; for
+    /// qemu-riscv64, which needs binfmt_misc for that, host scripts there
+    /// that start it on them. The host's /usr/bin and /bin follow.
+    on_path: Vec<(&'a str, PathBuf)>,
 }
 
 /// Which build of the case's program runs, and how both emulators are told.
@@ -195,12 +201,39 @@ fn execute(case: &Case, build: &Build, runner: &[&str], tag: &str) -> Outcome {
         std::fs::write(dir.join(name), bytes).expect("write an input file");
     }
     let (exe, pre) = runner.split_first().expect("a runner");
-    let child = Command::new(exe)
+    let mut command = Command::new(exe);
+    command.env_clear();
+    if !case.on_path.is_empty() {
+        let bin = dir.join("bin");
+        std::fs::create_dir_all(&bin).expect("create the PATH directory");
+        for (name, program) in &case.on_path {
+            let program = if build.kind == "dynamic" {
+                dynamic_program(program).expect("the dynamic build")
+            } else {
+                program.clone()
+            };
+            let entry = bin.join(name);
+            if *exe == QEMU {
+                let script = format!(
+                    "#!/bin/sh\nexec {QEMU} {} {} \"$@\"\n",
+                    build.options.join(" "),
+                    program.display()
+                );
+                std::fs::write(&entry, script).expect("write a wrapper");
+                use std::os::unix::fs::PermissionsExt as _;
+                std::fs::set_permissions(&entry, std::fs::Permissions::from_mode(0o755))
+                    .expect("make the wrapper executable");
+            } else {
+                std::os::unix::fs::symlink(&program, &entry).expect("link a program");
+            }
+        }
+        command.env("PATH", format!("{}:/usr/bin:/bin", bin.display()));
+    }
+    let child = command
         .args(pre)
         .args(build.options)
         .arg(build.program)
         .args(case.args)
-        .env_clear()
         .env("LC_ALL", "C")
         .env("HOME", &dir)
         .env("TZ", "UTC")
@@ -339,6 +372,7 @@ fn lua_runs_a_string_table_and_float_workload() {
         stdin: Vec::new(),
         inputs: vec![("workload.lua", fixture("workload.lua"))],
         outputs: &[],
+        on_path: Vec::new(),
     };
     let reference = differential(&case);
     assert_eq!(reference.status.code(), Some(3), "{}", reference.describe());
@@ -360,6 +394,7 @@ fn lua_reads_stdin_line_by_line() {
         stdin: corpus(100_000),
         inputs: Vec::new(),
         outputs: &[],
+        on_path: Vec::new(),
     };
     let reference = differential(&case);
     assert!(reference.status.success(), "{}", reference.describe());
@@ -379,6 +414,7 @@ fn zstd_compresses_stdin_to_stdout_at_two_levels() {
             stdin: corpus(200_000),
             inputs: Vec::new(),
             outputs: &[],
+            on_path: Vec::new(),
         };
         let reference = differential(&case);
         assert!(reference.status.success(), "{}", reference.describe());
@@ -401,6 +437,7 @@ fn zstd_round_trips_through_files_and_stdin() {
         stdin: Vec::new(),
         inputs: vec![("corpus.txt", text.clone())],
         outputs: &["corpus.txt.zst"],
+        on_path: Vec::new(),
     };
     let reference = differential(&case);
     assert!(reference.status.success(), "{}", reference.describe());
@@ -417,12 +454,38 @@ fn decompresses_to(name: &'static str, zstd: PathBuf, compressed: Vec<u8>, text:
         stdin: compressed,
         inputs: Vec::new(),
         outputs: &[],
+        on_path: Vec::new(),
     };
     let reference = differential(&case);
     assert!(
         reference.stdout == text,
         "decompression must restore the input"
     );
+}
+
+/// A shell script with pipes, subshells, command substitution, here
+/// documents, background jobs and `wait` (SIGCHLD and sigsuspend), redirections,
+/// an EXIT trap, host programs, and RV64 programs found on PATH: dash
+/// itself again and the `fileio` fixture.
+#[test]
+fn dash_runs_a_script_with_pipes_and_child_processes() {
+    let Some(dash) = program("dash") else { return };
+    let fileio = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/guests/fileio");
+    let case = Case {
+        name: "dash-script",
+        program: dash.clone(),
+        args: &["children.sh"],
+        stdin: Vec::new(),
+        inputs: vec![("children.sh", fixture("children.sh"))],
+        outputs: &["late.txt", "fd3.txt"],
+        on_path: vec![("dash", dash), ("fileio", fileio)],
+    };
+    let reference = differential(&case);
+    assert!(reference.status.success(), "{}", reference.describe());
+    let text = String::from_utf8_lossy(&reference.stdout);
+    for line in ["nested status 6", "fileio status 0", "exit trap ran"] {
+        assert!(text.contains(line), "no {line:?} in\n{text}");
+    }
 }
 
 #[test]
@@ -441,6 +504,7 @@ fn zstd_compresses_with_four_threads() {
         stdin: text.clone(),
         inputs: Vec::new(),
         outputs: &[],
+        on_path: Vec::new(),
     };
     let reference = differential(&case);
     assert!(reference.status.success(), "{}", reference.describe());
@@ -460,6 +524,7 @@ fn zstd_compresses_several_files_and_lists_them() {
         stdin: Vec::new(),
         inputs: vec![("a.txt", text), ("b.txt", half)],
         outputs: &["a.txt.zst", "b.txt.zst", "a.txt", "b.txt"],
+        on_path: Vec::new(),
     };
     let reference = differential(&case);
     assert!(reference.status.success(), "{}", reference.describe());
@@ -473,6 +538,7 @@ fn zstd_compresses_several_files_and_lists_them() {
         stdin: Vec::new(),
         inputs: vec![("a.txt.zst", a.clone()), ("b.txt.zst", b.clone())],
         outputs: &[],
+        on_path: Vec::new(),
     };
     let reference = differential(&case);
     assert!(reference.status.success(), "{}", reference.describe());
@@ -490,6 +556,7 @@ fn zstd_rejects_corrupt_input_the_same_way() {
         stdin: b"\x28\xb5\x2f\xfd this is not a zstd frame".to_vec(),
         inputs: Vec::new(),
         outputs: &[],
+        on_path: Vec::new(),
     };
     let reference = differential(&case);
     assert!(!reference.status.success(), "{}", reference.describe());
@@ -507,6 +574,7 @@ fn sqlite_runs_a_script_on_a_database_file() {
         stdin: fixture("workload.sql"),
         inputs: Vec::new(),
         outputs: &["work.db"],
+        on_path: Vec::new(),
     };
     let reference = differential(&case);
     assert!(reference.status.success(), "{}", reference.describe());
@@ -531,6 +599,7 @@ fn sqlite_runs_in_write_ahead_log_mode() {
         stdin: fixture("wal.sql"),
         inputs: Vec::new(),
         outputs: &["wal.db"],
+        on_path: Vec::new(),
     };
     let reference = differential(&case);
     assert!(reference.status.success(), "{}", reference.describe());
@@ -553,6 +622,7 @@ fn sqlite_reports_an_sql_error_with_the_same_status() {
         stdin: Vec::new(),
         inputs: Vec::new(),
         outputs: &[],
+        on_path: Vec::new(),
     };
     let reference = differential(&case);
     assert_eq!(reference.status.code(), Some(1), "{}", reference.describe());

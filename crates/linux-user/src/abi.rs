@@ -76,6 +76,7 @@ pub mod nr {
     pub const SIGALTSTACK: u64 = 132;
     pub const RT_SIGACTION: u64 = 134;
     pub const RT_SIGPROCMASK: u64 = 135;
+    pub const RT_SIGSUSPEND: u64 = 133;
     pub const RT_SIGRETURN: u64 = 139;
     pub const TIMES: u64 = 153;
     pub const GETPGID: u64 = 155;

@@ -12,6 +12,10 @@
 use std::ffi::{CString, OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use rustix::fd::OwnedFd;
 
 use tcgkit_tcg_core::GuestMemory;
 
@@ -49,6 +53,49 @@ pub trait Launcher: Send + Sync {
     /// `argv[0]` first) for running RV64 `program` (a host path) with the
     /// guest's `argv` (`argv[0]` included). The environment is the guest's.
     fn command(&self, program: &Path, argv: &[OsString]) -> (PathBuf, Vec<OsString>);
+}
+
+/// The host's SIGCHLD, watched once the guest has forked: each one
+/// becomes the guest's SIGCHLD at its next syscall, and wakes a guest
+/// waiting in `rt_sigsuspend`.
+pub(crate) struct ChildSignals {
+    arrived: Arc<AtomicBool>,
+    wake: OwnedFd,
+}
+
+impl ChildSignals {
+    /// Starts watching; `None` if the host refuses (then the guest only
+    /// learns of its children by waiting for them).
+    pub(crate) fn install() -> Option<ChildSignals> {
+        const SIGCHLD: i32 = 17;
+        let arrived = Arc::new(AtomicBool::new(false));
+        let (wake, write) = rustix::pipe::pipe_with(
+            rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK,
+        )
+        .ok()?;
+        signal_hook::flag::register(SIGCHLD, Arc::clone(&arrived)).ok()?;
+        signal_hook::low_level::pipe::register(SIGCHLD, write).ok()?;
+        Some(ChildSignals { arrived, wake })
+    }
+
+    /// Whether a SIGCHLD arrived since the last call.
+    pub(crate) fn take(&self) -> bool {
+        if !self.arrived.swap(false, Ordering::AcqRel) {
+            return false;
+        }
+        let mut drain = [0u8; 64];
+        while matches!(rustix::io::read(&self.wake, &mut drain), Ok(n) if n > 0) {}
+        true
+    }
+
+    /// Sleeps until a SIGCHLD arrives (at once if one came already).
+    pub(crate) fn wait(&self) {
+        use rustix::event::{PollFd, PollFlags, poll};
+        while !self.arrived.load(Ordering::Acquire) {
+            let mut fds = [PollFd::new(&self.wake, PollFlags::IN)];
+            let _ = poll(&mut fds, None);
+        }
+    }
 }
 
 /// `clone` flags (`<linux/sched.h>`).

@@ -12,7 +12,7 @@ use tcgkit_image_core::{Image, ImageRegistry};
 use tcgkit_riscv::{Cpu, Rv64};
 use tcgkit_tcg_core::{CpuExit, Engine, GuestMemory, MemFaultKind};
 
-use crate::children::{self, ForkRequest, Launcher};
+use crate::children::{self, ChildSignals, ForkRequest, Launcher};
 use crate::error::LoadError;
 use crate::fd::FdTable;
 use crate::host::{self, ExecFailure, Forked};
@@ -166,6 +166,8 @@ pub struct Process {
     modules: ModuleSet,
     options: Options,
     observer: Option<Box<dyn SyscallObserver>>,
+    /// The host's SIGCHLD, watched from the first fork on.
+    child_signals: Option<ChildSignals>,
     initial_sp: u64,
     layout: ProgramLayout,
 }
@@ -273,6 +275,7 @@ impl Process {
             modules: ModuleSet::default(),
             options,
             observer: None,
+            child_signals: None,
             initial_sp: sp,
             layout: ProgramLayout {
                 start_code: loaded.start_code,
@@ -468,20 +471,87 @@ impl Process {
     /// Delivers the first pending, unblocked signal, if any.
     fn deliver_pending(&mut self) -> Option<GuestExit> {
         while let Some((sig, by_thread)) = self.kernel.take_deliverable() {
-            let cause = SignalCause::Sent {
-                by_thread,
-                pid: std::process::id(),
-                uid: rustix::process::getuid().as_raw(),
-            };
-            match self.kernel.disposition(sig) {
-                Disposition::Ignore => {}
-                Disposition::Default if !sig.default_terminates() => {}
-                Disposition::Default => return Some(self.fatal(sig, cause)),
+            match self.deliver(sig, by_thread) {
+                Delivery::Ignored => {}
+                Delivery::Ended(exit) => return Some(exit),
                 // One handler at a time: the rest wait for its sigreturn.
-                Disposition::Handler => return self.enter_handler(sig, cause),
+                Delivery::Handler => return None,
             }
         }
         None
+    }
+
+    /// Delivers `sig` taken from the pending set.
+    fn deliver(&mut self, sig: Signal, by_thread: bool) -> Delivery {
+        let cause = SignalCause::Sent {
+            by_thread,
+            pid: std::process::id(),
+            uid: rustix::process::getuid().as_raw(),
+        };
+        match self.kernel.disposition(sig) {
+            Disposition::Ignore => Delivery::Ignored,
+            Disposition::Default if !sig.default_terminates() => Delivery::Ignored,
+            Disposition::Default => Delivery::Ended(self.fatal(sig, cause)),
+            Disposition::Handler => match self.enter_handler(sig, cause) {
+                Some(exit) => Delivery::Ended(exit),
+                None => Delivery::Handler,
+            },
+        }
+    }
+
+    /// `rt_sigsuspend(mask)`: waits under `mask` until a signal is
+    /// delivered, and returns `-EINTR` to the handler's caller; the
+    /// handler's frame restores the mask from before the call.
+    fn sigsuspend(&mut self, args: [u64; 6]) -> Option<GuestExit> {
+        let number = crate::abi::nr::RT_SIGSUSPEND;
+        let mask = match (args[1], self.mem.load(args[0], 8)) {
+            (8, Ok(mask)) => mask,
+            (8, Err(_)) => {
+                let e = crate::abi::errno::EFAULT;
+                self.finish_syscall(number, &args, (-i64::from(e)) as u64);
+                return None;
+            }
+            _ => {
+                let e = crate::abi::errno::EINVAL;
+                self.finish_syscall(number, &args, (-i64::from(e)) as u64);
+                return None;
+            }
+        };
+        let before = self.kernel.sigmask;
+        // SIGKILL and SIGSTOP can never be blocked.
+        let mask = mask & !((1 << 8) | (1 << 18));
+        loop {
+            if self.child_signals.as_ref().is_some_and(ChildSignals::take) {
+                self.kernel.raise(Signal::CHLD, false);
+            }
+            self.kernel.sigmask = mask;
+            let next = self.kernel.take_deliverable();
+            self.kernel.sigmask = before;
+            if let Some((sig, by_thread)) = next {
+                let ignored = match self.kernel.disposition(sig) {
+                    Disposition::Ignore => true,
+                    Disposition::Default => !sig.default_terminates(),
+                    Disposition::Handler => false,
+                };
+                if ignored {
+                    // Not a wake-up: the call goes on waiting.
+                    continue;
+                }
+                let eintr = (-i64::from(crate::abi::errno::EINTR)) as u64;
+                self.finish_syscall(number, &args, eintr);
+                return match self.deliver(sig, by_thread) {
+                    Delivery::Ended(exit) => Some(exit),
+                    Delivery::Ignored | Delivery::Handler => None,
+                };
+            }
+            match &self.child_signals {
+                Some(signals) => signals.wait(),
+                // Nothing can ever arrive: Linux would sleep for good.
+                None => loop {
+                    std::thread::sleep(std::time::Duration::from_secs(3600));
+                },
+            }
+        }
     }
 
     /// Handles the `ecall` at pc; `Some` when the process is over.
@@ -515,6 +585,12 @@ impl Process {
             let mut err = std::io::stderr().lock();
             let _ = err.write_all(line.as_bytes());
             let _ = err.flush();
+        }
+        if self.child_signals.as_ref().is_some_and(ChildSignals::take) {
+            self.kernel.raise(Signal::CHLD, false);
+        }
+        if number == crate::abi::nr::RT_SIGSUSPEND {
+            return self.sigsuspend(args);
         }
         if number == crate::abi::nr::EXECVE {
             // Only a failed exec returns.
@@ -648,6 +724,9 @@ impl Process {
             Ok(request) => request,
             Err(e) => return Step::Return((-i64::from(e)) as u64),
         };
+        if self.child_signals.is_none() {
+            self.child_signals = ChildSignals::install();
+        }
         if let Some(observer) = self.observer.as_mut() {
             observer.before_fork();
         }
@@ -777,6 +856,16 @@ impl Process {
         }
         GuestExit::Signaled(sig)
     }
+}
+
+/// What delivering a signal did.
+enum Delivery {
+    /// Nothing (ignored, or a default action that does nothing).
+    Ignored,
+    /// The process is over.
+    Ended(GuestExit),
+    /// The guest's handler runs next.
+    Handler,
 }
 
 /// `clone`'s flag for a thread of the same process.

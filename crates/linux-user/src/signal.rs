@@ -34,6 +34,8 @@ impl Signal {
     pub const PIPE: Signal = Signal(13);
     /// SIGTERM.
     pub const TERM: Signal = Signal(15);
+    /// A child process stopped or ended.
+    pub const CHLD: Signal = Signal(17);
 
     /// The signal with this number, if it is a valid one (1..=64).
     pub fn from_number(number: u64) -> Option<Signal> {
