@@ -248,6 +248,14 @@ fn child_processes() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A Go program (goroutines on four OS threads, channels, a mutex,
+/// atomics, timers through the runtime's epoll netpoller, a recovered
+/// panic; exit status 3). Go links statically by itself: no dynamic twin.
+#[test]
+fn go_goroutines_and_timers() {
+    compare("go_threads", &fixtures().join("go_threads"), &[], &[], b"");
+}
+
 #[test]
 fn cxx_runtime() {
     // libstdc++: iostream, containers, exceptions (unwinding), RTTI, static

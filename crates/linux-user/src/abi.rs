@@ -9,6 +9,9 @@
 pub mod nr {
     #![allow(missing_docs)]
     pub const GETCWD: u64 = 17;
+    pub const EPOLL_CREATE1: u64 = 20;
+    pub const EPOLL_CTL: u64 = 21;
+    pub const EPOLL_PWAIT: u64 = 22;
     pub const DUP: u64 = 23;
     pub const DUP3: u64 = 24;
     pub const FCNTL: u64 = 25;

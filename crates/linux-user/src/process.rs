@@ -701,6 +701,14 @@ impl Process {
             nr::EXIT if several => self.threads.exit_thread(&mut self.mem),
             nr::FUTEX if several => self.threads.futex(args, &mut self.cpu, &mut self.mem),
             nr::SCHED_YIELD if several => Step::ReturnAndYield(0),
+            // A wait of its own would hold every thread: a short one,
+            // then the others' turn (an early 0 is a timeout to callers).
+            nr::EPOLL_PWAIT if several => {
+                match self.kernel.epoll_pwait(&mut self.mem, args, Some(1)) {
+                    Ok(0) if args[3] != 0 => Step::ReturnAndYield(0),
+                    result => errno_step(result),
+                }
+            }
             nr::NANOSLEEP if several => match crate::syscall::timespec_at(&mut self.mem, args[0]) {
                 Ok((sec, nsec)) => {
                     if args[1] != 0 {

@@ -6,6 +6,7 @@
 //! written only through `GuestMemory`, so a bad pointer is `EFAULT`, never a
 //! host fault.
 
+mod epoll;
 mod file;
 mod net;
 mod system;
@@ -184,6 +185,9 @@ impl Kernel {
             nr::STATFS => self.statfs(mem, Some(a0), 0, a1),
             nr::FSTATFS => self.statfs(mem, None, a0, a1),
             nr::PPOLL => self.ppoll(mem, a0, a1, a2),
+            nr::EPOLL_CREATE1 => self.epoll_create1(a0),
+            nr::EPOLL_CTL => self.epoll_ctl(mem, a0, a1, a2, a3),
+            nr::EPOLL_PWAIT => self.epoll_pwait(mem, args, None),
             nr::SOCKET => self.socket(a0, a1, a2),
             nr::CONNECT => self.connect(mem, a0, a1, a2),
             nr::BIND => self.bind(mem, a0, a1, a2),
