@@ -17,7 +17,11 @@
 //! with `CLONE_THREAD`, as `pthread_create` and `std::thread` make them)
 //! have a vCPU each and, for now, take turns on the process's host
 //! thread (switching at futex waits, sleeps, yields, exits and a 10 ms
-//! tick); a new process (`fork`) is not supported yet.
+//! tick). A new process (`fork`, `vfork`, `posix_spawn`) is a fork of the
+//! host process, as qemu-user makes it; `execve` runs a host program
+//! directly and an RV64 one through the [`Launcher`] in [`Options`] (the
+//! CLI's starts tcgkit again with the same options, which is what
+//! qemu-user gets from binfmt_misc).
 //! The guest ends with a [`GuestExit`]: its exit status, or the signal that
 //! killed it (SIGSEGV for a bad access, SIGBUS for a misaligned atomic,
 //! SIGILL, SIGTRAP, SIGABRT from `abort()`), exactly as under qemu-riscv64.
@@ -44,9 +48,12 @@
 //! `SA_RESETHAND`, `SA_NODEFER` and the alternate stack, and otherwise take
 //! their default action.
 //!
-//! Limits (documented, not silent): one thread; no signals from outside the
-//! process (the host's SIGINT ends tcgkit itself); fcntl record locks are
-//! checked against other processes but not taken on the host.
+//! Limits (documented, not silent): guest threads take turns on one host
+//! thread, and a blocking `wait4` or `rt_sigsuspend` holds all of them; the
+//! only signal from outside the process that reaches the guest is SIGCHLD
+//! (the host's SIGINT ends tcgkit itself); `MAP_SHARED` anonymous memory
+//! is not shared with a forked child; fcntl record locks are checked
+//! against other processes but not taken on the host.
 //!
 //! Writable shared file mappings (`MAP_SHARED` with `PROT_WRITE`, as
 //! sqlite's WAL mode uses for its `-shm` file) live in guest memory like any
