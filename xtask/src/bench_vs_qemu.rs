@@ -410,6 +410,7 @@ mod testing {
             counts,
             first_output: Some((stdout.to_vec(), "exit 0".to_owned())),
             problems: Vec::new(),
+            scheduling_dependent: false,
         }
     }
 
@@ -419,6 +420,7 @@ mod testing {
             program: PathBuf::from("/bin/true"),
             args: Vec::new(),
             stdin: None,
+            threaded: false,
         }
     }
 

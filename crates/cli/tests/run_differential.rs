@@ -211,6 +211,15 @@ fn pthreads() {
     differential("threads_with_argument", "threads", &["20000"], b"");
 }
 
+/// pthread_kill reaches the target thread (also in a condition wait, which
+/// goes on after the handler), a blocked signal waits for its thread to
+/// unblock it, and a process-directed one finds the thread that does not
+/// block it.
+#[test]
+fn signals_between_threads() {
+    differential("thread_signals", "thread_signals", &[], b"");
+}
+
 #[test]
 fn cxx_threads() {
     differential("cxx_threads", "cxx_threads", &[], b"");

@@ -622,6 +622,10 @@ impl Process {
             }
             None => self.kernel.syscall(&mut self.mem, number, args),
         };
+        for (tid, sig) in std::mem::take(&mut self.kernel.directed) {
+            // The target was checked to be one of ours: it is parked.
+            self.threads.signal_thread(tid, sig);
+        }
         // Modules first: an unloaded module's blocks are retired between
         // its unloading and unloaded.
         self.update_modules();
@@ -766,6 +770,7 @@ impl Process {
             Ok(Forked::Child) => {
                 let pid = u64::from(std::process::id());
                 self.kernel.other_tids.clear();
+                self.kernel.current_tid = pid as u32;
                 if let Some(addr) = request.child_tid {
                     let _ = self.mem.store(addr, 4, pid);
                 }
@@ -836,10 +841,16 @@ impl Process {
 
     /// Runs the next thread in turn (`gone`: the running one exited).
     fn switch_thread(&mut self, gone: bool) -> Option<GuestExit> {
-        if !self
-            .threads
-            .switch(gone, &mut self.cpu, &mut self.kernel.sigmask)
-        {
+        let signals = crate::threads::SignalState {
+            process_pending: self.kernel.process_pending(),
+            interrupting: self.kernel.interrupting(),
+            mask: &mut self.kernel.sigmask,
+            pending: &mut self.kernel.thread_pending,
+            altstack: &mut self.kernel.altstack,
+        };
+        let switched = self.threads.switch(gone, &mut self.cpu, signals);
+        self.kernel.current_tid = self.threads.tid;
+        if !switched {
             // Every thread waits for a wake no thread can send: Linux
             // leaves such a process asleep for good.
             eprintln!("tcgkit: every guest thread is blocked for good");

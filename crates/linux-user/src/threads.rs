@@ -66,7 +66,24 @@ struct Parked {
     vcpu: Option<Vcpu>,
     clear_child_tid: u64,
     sigmask: u64,
+    /// Signals sent to this thread alone, not delivered yet.
+    pending: u64,
+    /// Its alternate signal stack (`stack_t`: sp, flags, size).
+    altstack: [u64; 3],
     wait: Option<Wait>,
+}
+
+/// The running thread's signal state, swapped with a parked thread's on
+/// a switch, and what the process's state lets through.
+pub(crate) struct SignalState<'a> {
+    pub mask: &'a mut u64,
+    pub pending: &'a mut u64,
+    pub altstack: &'a mut [u64; 3],
+    /// Signals pending on the whole process.
+    pub process_pending: u64,
+    /// Signals that would interrupt a wait: those with a handler or a
+    /// terminating default action (not the ignored ones).
+    pub interrupting: u64,
 }
 
 /// What a thread syscall asks the process loop to do next.
@@ -228,12 +245,27 @@ impl Threads {
                 0
             },
             sigmask,
+            pending: 0,
+            // Linux gives a new thread of the same memory no alternate
+            // stack (SS_DISABLE).
+            altstack: [0, 2, 0],
             wait: None,
         });
         if self.ticker.is_none() {
             self.ticker = Ticker::start(engine.exit_handle());
         }
         Some(Step::Return(u64::from(tid)))
+    }
+
+    /// Makes `sig` pending on parked thread `tid`; false if there is none.
+    pub(crate) fn signal_thread(&mut self, tid: u32, sig: crate::signal::Signal) -> bool {
+        match self.parked.iter_mut().find(|p| p.tid == tid) {
+            Some(p) => {
+                p.pending |= 1u64 << (sig.number() - 1);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Stops the ticker thread before the host process forks (a child has
@@ -460,7 +492,30 @@ impl Threads {
     /// running thread is parked unless `gone`. Waits (the process
     /// sleeping) while every thread waits for a deadline; returns false if
     /// no thread can ever run again.
-    pub(crate) fn switch(&mut self, gone: bool, cpu: &mut Cpu, sigmask: &mut u64) -> bool {
+    pub(crate) fn switch(&mut self, gone: bool, cpu: &mut Cpu, signals: SignalState<'_>) -> bool {
+        let SignalState {
+            mask: sigmask,
+            pending,
+            altstack,
+            process_pending,
+            interrupting,
+        } = signals;
+        // A signal a waiting thread does not block ends its wait with
+        // EINTR, so that its handler runs (as Linux does).
+        let eintr = neg(errno::EINTR);
+        for p in &mut self.parked {
+            if p.wait.is_some() && (p.pending | process_pending) & !p.sigmask & interrupting != 0 {
+                p.cpu.set_x(10, eintr);
+                p.wait = None;
+            }
+        }
+        if !gone
+            && self.wait.is_some()
+            && (*pending | process_pending) & !*sigmask & interrupting != 0
+        {
+            cpu.set_x(10, eintr);
+            self.wait = None;
+        }
         loop {
             let now = Instant::now();
             for p in &mut self.parked {
@@ -486,6 +541,8 @@ impl Threads {
                         next.clear_child_tid,
                     ),
                     sigmask: std::mem::replace(sigmask, next.sigmask),
+                    pending: std::mem::replace(pending, next.pending),
+                    altstack: std::mem::replace(altstack, next.altstack),
                     wait: std::mem::replace(&mut self.wait, next.wait),
                 };
                 self.tid = next.tid;
@@ -593,7 +650,22 @@ mod tests {
             self.threads.futex(args, &mut self.cpu, &mut self.mem)
         }
         fn switch(&mut self) -> bool {
-            self.threads.switch(false, &mut self.cpu, &mut self.mask)
+            self.switch_with(false, 0, 0)
+        }
+
+        /// A switch with `process_pending` signals pending, of which
+        /// `interrupting` end waits.
+        fn switch_with(&mut self, gone: bool, process_pending: u64, interrupting: u64) -> bool {
+            let mut pending = 0;
+            let mut altstack = [0; 3];
+            let signals = SignalState {
+                mask: &mut self.mask,
+                pending: &mut pending,
+                altstack: &mut altstack,
+                process_pending,
+                interrupting,
+            };
+            self.threads.switch(gone, &mut self.cpu, signals)
         }
     }
 
@@ -716,6 +788,62 @@ mod tests {
         assert_eq!(w.mem.load(b, 4), Ok(6));
     }
 
+    /// A signal a waiting thread does not block ends its futex wait with
+    /// EINTR (so its handler can run); one it blocks, or one that would be
+    /// ignored, leaves it waiting. A signal sent to one thread stays its own.
+    #[test]
+    fn signals_end_the_waits_of_threads_that_take_them() {
+        let mut w = world();
+        let child = w.clone();
+        w.mem.store(DATA + 0x400, 4, 0).unwrap();
+        assert_eq!(
+            w.futex([DATA + 0x400, FUTEX_WAIT, 0, 0, 0, 0]),
+            Step::Blocked
+        );
+        // The main thread waits; the child runs.
+        assert!(w.switch());
+        assert_eq!(w.threads.tid, child);
+        let usr1 = 1u64 << 9;
+        // Ignored (not interrupting): the main thread still waits.
+        assert!(w.switch_with(false, usr1, 0));
+        assert_eq!(w.threads.tid, child);
+        // Interrupting: the main thread's wait ends with EINTR.
+        assert!(w.switch_with(false, usr1, usr1));
+        assert_eq!(w.threads.tid, std::process::id());
+        assert_eq!(w.cpu.x(10), neg(errno::EINTR));
+        // A signal for the parked child alone is kept for it.
+        assert!(w.threads.signal_thread(child, crate::signal::Signal::USR1));
+        assert!(
+            !w.threads
+                .signal_thread(child + 100, crate::signal::Signal::USR1)
+        );
+        let mut pending = 0;
+        let mut altstack = [0; 3];
+        let signals = SignalState {
+            mask: &mut w.mask,
+            pending: &mut pending,
+            altstack: &mut altstack,
+            process_pending: 0,
+            interrupting: 0,
+        };
+        assert!(w.threads.switch(false, &mut w.cpu, signals));
+        assert_eq!(w.threads.tid, child);
+        assert_eq!(pending, usr1, "the child's own pending signal came with it");
+        // A new thread's alternate stack starts disabled (SS_DISABLE).
+        let mut w = world();
+        w.clone();
+        let mut altstack = [0x5000, 0, 0x4000];
+        let signals = SignalState {
+            mask: &mut w.mask,
+            pending: &mut 0,
+            altstack: &mut altstack,
+            process_pending: 0,
+            interrupting: 0,
+        };
+        assert!(w.threads.switch(false, &mut w.cpu, signals));
+        assert_eq!(altstack, [0, 2, 0]);
+    }
+
     #[test]
     fn timeouts_and_exits() {
         let mut w = world();
@@ -744,7 +872,7 @@ mod tests {
         assert_eq!(w.cpu.x(10), neg(errno::ETIMEDOUT));
         // Its exit clears the tid word and wakes the joiner.
         assert_eq!(w.threads.exit_thread(&mut w.mem), Step::Exited);
-        assert!(w.threads.switch(true, &mut w.cpu, &mut w.mask));
+        assert!(w.switch_with(true, 0, 0));
         assert_eq!(w.threads.tid, std::process::id());
         assert_eq!(w.mem.load(joiner_word, 4), Ok(0));
         assert!(!w.threads.several());

@@ -524,6 +524,8 @@ impl<'a> Report<'a> {
                     .collect();
                 let agree = if measured.is_empty() {
                     "n/a".to_owned()
+                } else if failed.is_empty() && cell.qemu.scheduling_dependent {
+                    "yes (output; counts vary with scheduling)".to_owned()
                 } else if failed.is_empty() {
                     "yes".to_owned()
                 } else if self.modes.len() > 1 {

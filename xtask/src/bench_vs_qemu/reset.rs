@@ -55,6 +55,7 @@ pub fn dense_workloads(root: &Path) -> Vec<Workload> {
         program: guests.join(name),
         args: args.iter().map(|a| (*a).to_owned()).collect(),
         stdin: None,
+        threaded: false,
     };
     vec![guest("float", &[]), guest("malloc", &["600"])]
 }

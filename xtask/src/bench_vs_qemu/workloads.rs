@@ -11,6 +11,10 @@ pub(super) struct Workload {
     pub program: PathBuf,
     pub args: Vec<String>,
     pub stdin: Option<PathBuf>,
+    /// Several guest threads: instruction and memory counts depend on how
+    /// they were scheduled (spins, futex retries), so they are reported
+    /// but only the output must equal QEMU's.
+    pub threaded: bool,
 }
 
 /// What is attached to the run: nothing, or one counting plugin.
@@ -168,6 +172,7 @@ pub(super) fn probe_guest(root: &Path) -> Workload {
         program: root.join("fixtures").join("guests").join("faults"),
         args: vec!["exit=0".to_owned()],
         stdin: None,
+        threaded: false,
     }
 }
 
@@ -183,18 +188,21 @@ pub(super) fn workloads(root: &Path, layout: &Layout) -> Vec<Workload> {
             // A larger sieve than the default, so the run is not all start-up.
             args: vec!["3000000".to_owned()],
             stdin: None,
+            threaded: false,
         },
         Workload {
             name: "float".to_owned(),
             program: guests.join("float"),
             args: Vec::new(),
             stdin: None,
+            threaded: false,
         },
         Workload {
             name: "malloc".to_owned(),
             program: guests.join("malloc"),
             args: Vec::new(),
             stdin: None,
+            threaded: false,
         },
     ];
     match (
@@ -203,23 +211,36 @@ pub(super) fn workloads(root: &Path, layout: &Layout) -> Vec<Workload> {
         layout.program("sqlite3"),
     ) {
         (Some(lua), Some(zstd), Some(sqlite)) => {
+            if let Some(zstd_mt) = layout.program("zstd-mt") {
+                // Four worker threads on eight 50 KB jobs (a 2-core host).
+                list.push(Workload {
+                    name: "zstd -T4".to_owned(),
+                    program: zstd_mt,
+                    args: ["-T4", "-6", "-B50K", "-c"].map(str::to_owned).to_vec(),
+                    stdin: Some(layout.corpus()),
+                    threaded: true,
+                });
+            }
             list.push(Workload {
                 name: "lua".to_owned(),
                 program: lua,
                 args: vec![inputs.join("workload.lua").display().to_string()],
                 stdin: None,
+                threaded: false,
             });
             list.push(Workload {
                 name: "zstd -9".to_owned(),
                 program: zstd,
                 args: vec!["-9".to_owned(), "-c".to_owned()],
                 stdin: Some(layout.corpus()),
+                threaded: false,
             });
             list.push(Workload {
                 name: "sqlite3".to_owned(),
                 program: sqlite,
                 args: vec![":memory:".to_owned()],
                 stdin: Some(inputs.join("workload.sql")),
+                threaded: false,
             });
         }
         _ => eprintln!(

@@ -70,6 +70,14 @@ pub(crate) struct Kernel {
     /// each whether a thread-directed call (tgkill/tkill) raised it.
     pending: u64,
     pending_by_thread: u64,
+    /// Signals pending on the running thread alone (tkill/tgkill to it,
+    /// SIGPIPE); each parked thread keeps its own (see `threads.rs`).
+    pub(crate) thread_pending: u64,
+    /// Signals sent to other threads by the last syscall, for the process
+    /// to hand to them.
+    pub(crate) directed: Vec<(u32, Signal)>,
+    /// The running thread's id.
+    pub(crate) current_tid: u32,
     /// Syscall numbers already reported as unsupported.
     warned: HashSet<u64>,
     /// Resource limits the guest lowered (`setrlimit`), by resource number.
@@ -107,6 +115,9 @@ impl Kernel {
             sigmask: 0,
             pending: 0,
             pending_by_thread: 0,
+            thread_pending: 0,
+            directed: Vec::new(),
+            current_tid: std::process::id(),
             warned: HashSet::new(),
             rlimits: Vec::new(),
             // SS_DISABLE: no alternate stack yet.
@@ -407,7 +418,17 @@ impl Kernel {
         if sig == Signal::KILL {
             return Outcome::Killed(sig);
         }
-        self.raise(sig, number != nr::KILL);
+        let target = match number {
+            nr::TKILL => Some(a0),
+            nr::TGKILL => Some(a1),
+            _ => None,
+        };
+        match target {
+            Some(tid) if tid != u64::from(self.current_tid) => {
+                self.directed.push((tid as u32, sig));
+            }
+            _ => self.raise(sig, number != nr::KILL),
+        }
         Outcome::Return(0)
     }
 
@@ -421,23 +442,47 @@ impl Kernel {
             return;
         }
         let bit = 1u64 << (sig.number() - 1);
-        self.pending |= bit;
         if by_thread {
+            self.thread_pending |= bit;
             self.pending_by_thread |= bit;
         } else {
+            self.pending |= bit;
             self.pending_by_thread &= !bit;
         }
     }
 
-    /// Takes the lowest pending signal the mask lets through, with whether a
-    /// thread-directed call raised it.
+    /// The signals that end a wait when they arrive: every one with a
+    /// handler or a terminating default action.
+    pub(crate) fn interrupting(&self) -> u64 {
+        (1..=64u64)
+            .filter_map(Signal::from_number)
+            .filter(|&sig| match self.disposition(sig) {
+                Disposition::Ignore => false,
+                Disposition::Default => sig.default_terminates(),
+                Disposition::Handler => true,
+            })
+            .fold(0, |bits, sig| bits | 1u64 << (sig.number() - 1))
+    }
+
+    /// The signals pending on the whole process.
+    pub(crate) fn process_pending(&self) -> u64 {
+        self.pending
+    }
+
+    /// Takes the lowest signal pending on the running thread or on the
+    /// process that the mask lets through, with whether a thread-directed
+    /// call raised it.
     pub(crate) fn take_deliverable(&mut self) -> Option<(Signal, bool)> {
-        let ready = self.pending & !self.sigmask;
+        let ready = (self.pending | self.thread_pending) & !self.sigmask;
         if ready == 0 {
             return None;
         }
         let bit = ready & ready.wrapping_neg();
-        self.pending &= !bit;
+        if self.thread_pending & bit != 0 {
+            self.thread_pending &= !bit;
+        } else {
+            self.pending &= !bit;
+        }
         let by_thread = self.pending_by_thread & bit != 0;
         Signal::from_number(u64::from(bit.trailing_zeros()) + 1).map(|sig| (sig, by_thread))
     }
@@ -505,6 +550,7 @@ impl Kernel {
             // Setting SIG_IGN discards a pending instance (POSIX).
             if self.disposition(signal) == Disposition::Ignore {
                 self.pending &= !(1u64 << (signal.number() - 1));
+                self.thread_pending &= !(1u64 << (signal.number() - 1));
             }
         }
         Ok(0)
