@@ -243,6 +243,17 @@ struct SyscallHooks {
     trace: Option<(std::sync::Arc<tcgkit_profiler::TraceSession>, PathBuf)>,
 }
 
+impl SyscallHooks {
+    /// Writes out buffered plugin output (before a fork or an exec).
+    fn flush_plugin_output(&self) {
+        if let Some(plugins) = &self.plugins
+            && let Err(e) = plugins.flush_output()
+        {
+            eprintln!("tcgkit: warning: plugin output: {e}");
+        }
+    }
+}
+
 impl SyscallObserver for SyscallHooks {
     fn on_syscall(&mut self, number: u64, args: &[u64; 6]) {
         if let Some(plugins) = &self.plugins {
@@ -302,11 +313,7 @@ impl SyscallObserver for SyscallHooks {
     }
 
     fn before_fork(&mut self) {
-        if let Some(plugins) = &self.plugins
-            && let Err(e) = plugins.flush_output()
-        {
-            eprintln!("tcgkit: warning: plugin output: {e}");
-        }
+        self.flush_plugin_output();
         if let Some((session, _)) = &self.trace
             && let Err(e) = session.flush()
         {
@@ -334,11 +341,7 @@ impl SyscallObserver for SyscallHooks {
     }
 
     fn before_exec(&mut self) {
-        if let Some(plugins) = &self.plugins
-            && let Err(e) = plugins.flush_output()
-        {
-            eprintln!("tcgkit: warning: plugin output: {e}");
-        }
+        self.flush_plugin_output();
         if let Some((session, _)) = &self.trace
             && let Err(e) = session.finish()
         {

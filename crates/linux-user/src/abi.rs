@@ -310,6 +310,22 @@ pub const AT_REMOVEDIR: u32 = 0x200;
 /// `AT_EMPTY_PATH`.
 pub const AT_EMPTY_PATH: u32 = 0x1000;
 
+/// `clone` flags (`<linux/sched.h>`).
+pub mod clone {
+    #![allow(missing_docs)]
+    /// The exit signal's bits.
+    pub const CSIGNAL: u64 = 0xff;
+    pub const CLONE_VM: u64 = 0x100;
+    pub const CLONE_FILES: u64 = 0x400;
+    pub const CLONE_SIGHAND: u64 = 0x800;
+    pub const CLONE_VFORK: u64 = 0x4000;
+    pub const CLONE_THREAD: u64 = 0x1_0000;
+    pub const CLONE_SETTLS: u64 = 0x8_0000;
+    pub const CLONE_PARENT_SETTID: u64 = 0x10_0000;
+    pub const CLONE_CHILD_CLEARTID: u64 = 0x20_0000;
+    pub const CLONE_CHILD_SETTID: u64 = 0x100_0000;
+}
+
 /// Memory protection and mapping flags.
 pub mod mman {
     #![allow(missing_docs)]

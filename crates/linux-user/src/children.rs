@@ -98,14 +98,10 @@ impl ChildSignals {
     }
 }
 
-/// `clone` flags (`<linux/sched.h>`).
-const CSIGNAL: u64 = 0xff;
-const CLONE_VM: u64 = 0x100;
-const CLONE_VFORK: u64 = 0x4000;
-const CLONE_SETTLS: u64 = 0x8_0000;
-const CLONE_PARENT_SETTID: u64 = 0x10_0000;
-const CLONE_CHILD_CLEARTID: u64 = 0x20_0000;
-const CLONE_CHILD_SETTID: u64 = 0x100_0000;
+use crate::abi::clone::{
+    CLONE_CHILD_CLEARTID, CLONE_CHILD_SETTID, CLONE_PARENT_SETTID, CLONE_SETTLS, CLONE_VFORK,
+    CLONE_VM, CSIGNAL,
+};
 
 /// A `clone` that makes a new process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -421,7 +417,7 @@ mod tests {
             .unwrap();
         assert_eq!(spawn.stack, 0x8000);
         // Sharing files or handlers with another process is not emulated.
-        const CLONE_FILES: u64 = 0x400;
+        use crate::abi::clone::CLONE_FILES;
         assert_eq!(
             ForkRequest::from_clone([CLONE_FILES | SIGCHLD, 0, 0, 0, 0, 0]),
             Err(errno::EINVAL)

@@ -518,8 +518,7 @@ impl Process {
             }
         };
         let before = self.kernel.sigmask;
-        // SIGKILL and SIGSTOP can never be blocked.
-        let mask = mask & !((1 << 8) | (1 << 18));
+        let mask = mask & !sigframe::UNBLOCKABLE;
         loop {
             if self.child_signals.as_ref().is_some_and(ChildSignals::take) {
                 self.kernel.raise(Signal::CHLD, false);
@@ -674,7 +673,7 @@ impl Process {
         use crate::abi::nr;
         let several = self.threads.several();
         let step = match number {
-            nr::CLONE if args[0] & CLONE_THREAD == 0 => self.fork(args),
+            nr::CLONE if args[0] & crate::abi::clone::CLONE_THREAD == 0 => self.fork(args),
             nr::CLONE => {
                 let step = self.threads.clone_thread(
                     args,
@@ -886,9 +885,6 @@ enum Delivery {
     /// The guest's handler runs next.
     Handler,
 }
-
-/// `clone`'s flag for a thread of the same process.
-const CLONE_THREAD: u64 = 0x1_0000;
 
 /// A handler's result as what the guest's a0 gets.
 fn errno_step(result: Result<u64, i32>) -> Step {

@@ -39,7 +39,7 @@ const SA_RESETHAND: u64 = 0x8000_0000;
 const SS_ONSTACK: u64 = 1;
 const SS_DISABLE: u64 = 2;
 /// SIGKILL and SIGSTOP can never be blocked.
-const UNBLOCKABLE: u64 = (1 << 8) | (1 << 18);
+pub(crate) const UNBLOCKABLE: u64 = (1 << 8) | (1 << 18);
 
 /// Maps the trampoline page.
 pub(crate) fn map_trampoline(mem: &mut GuestMemory) -> Result<(), MemError> {

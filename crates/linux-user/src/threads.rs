@@ -24,14 +24,10 @@ use tcgkit_tcg_core::{Engine, ExitHandle, GuestMemory, Vcpu};
 
 use crate::abi::errno;
 
-/// `clone` flags (`<linux/sched.h>`).
-const CLONE_VM: u64 = 0x100;
-const CLONE_SIGHAND: u64 = 0x800;
-const CLONE_THREAD: u64 = 0x1_0000;
-const CLONE_SETTLS: u64 = 0x8_0000;
-const CLONE_PARENT_SETTID: u64 = 0x10_0000;
-const CLONE_CHILD_CLEARTID: u64 = 0x20_0000;
-const CLONE_CHILD_SETTID: u64 = 0x100_0000;
+use crate::abi::clone::{
+    CLONE_CHILD_CLEARTID, CLONE_CHILD_SETTID, CLONE_PARENT_SETTID, CLONE_SETTLS, CLONE_SIGHAND,
+    CLONE_THREAD, CLONE_VM,
+};
 
 /// `futex` operations and flags (`<linux/futex.h>`).
 const FUTEX_WAIT: u64 = 0;

@@ -1269,12 +1269,6 @@ impl PluginHost {
                 fail_slot(&slot, "atexit", &*payload);
             }
         }
-        let mut out = self
-            .inner
-            .out
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        out.flush()?;
-        Ok(())
+        self.flush_output()
     }
 }

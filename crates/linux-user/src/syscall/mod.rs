@@ -570,8 +570,7 @@ impl Kernel {
         let old = self.sigmask;
         if set != 0 {
             let value = mem.load(set, 8).map_err(|_| errno::EFAULT)?;
-            // SIGKILL and SIGSTOP can never be blocked.
-            let value = value & !((1 << 8) | (1 << 18));
+            let value = value & !crate::sigframe::UNBLOCKABLE;
             self.sigmask = match how {
                 0 => old | value,
                 1 => old & !value,

@@ -295,6 +295,23 @@ fn calls_and_returns_stay_compiled() {
     );
 }
 
+/// `code` mapped at CODE, and an engine whose JIT compiles blocks that ran
+/// 10 times on its background thread.
+fn background_engine(code: &[u32]) -> (GuestMemory, Engine<Rv64>) {
+    let bytes: Vec<u8> = code.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let mut mem = GuestMemory::new();
+    mem.map(CODE, 0x4000, Perms::READ | Perms::EXEC).unwrap();
+    mem.write_initial(CODE, &bytes).unwrap();
+    let mut engine = Engine::new(Rv64::new());
+    let config = JitConfig {
+        enabled: true,
+        threshold: 10,
+        background: true,
+    };
+    engine.set_jit(config).unwrap();
+    (mem, engine)
+}
+
 /// With the background compiler, hot blocks go on running in the
 /// interpreter until their code comes back, then run compiled; the
 /// results are the interpreter's either way. The same engine runs the
@@ -311,17 +328,7 @@ fn background_compiler_publishes_code_between_runs() {
         enc::ECALL,
     ];
     let interp = run(&code, &[0; 31], JitConfig::OFF);
-    let bytes: Vec<u8> = code.iter().flat_map(|w| w.to_le_bytes()).collect();
-    let mut mem = GuestMemory::new();
-    mem.map(CODE, 0x4000, Perms::READ | Perms::EXEC).unwrap();
-    mem.write_initial(CODE, &bytes).unwrap();
-    let mut engine = Engine::new(Rv64::new());
-    let config = JitConfig {
-        enabled: true,
-        threshold: 10,
-        background: true,
-    };
-    engine.set_jit(config).unwrap();
+    let (mut mem, mut engine) = background_engine(&code);
     let mut compiled = false;
     for _ in 0..2000 {
         let mut cpu = Cpu::new();
@@ -355,17 +362,7 @@ fn stopping_host_threads_publishes_every_compile_in_flight() {
         enc::ECALL,
     ];
     let interp = run(&code, &[0; 31], JitConfig::OFF);
-    let bytes: Vec<u8> = code.iter().flat_map(|w| w.to_le_bytes()).collect();
-    let mut mem = GuestMemory::new();
-    mem.map(CODE, 0x4000, Perms::READ | Perms::EXEC).unwrap();
-    mem.write_initial(CODE, &bytes).unwrap();
-    let mut engine = Engine::new(Rv64::new());
-    let config = JitConfig {
-        enabled: true,
-        threshold: 10,
-        background: true,
-    };
-    engine.set_jit(config).unwrap();
+    let (mut mem, mut engine) = background_engine(&code);
     let run_once = |engine: &mut Engine<Rv64>, mem: &mut GuestMemory| {
         let mut cpu = Cpu::new();
         cpu.set_x(BASE, DATA);
