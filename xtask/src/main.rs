@@ -92,6 +92,22 @@ fn test(root: &Path) -> Result<()> {
     realworld::prepare_for_tests(root)?;
     qemu_plugins::prepare_for_tests(root)?;
     cargo(root, &["test", "--workspace"])?;
+    // plugin-api's retire rounds in every interleaving loom finds
+    // (`crates/plugin-api/src/rounds.rs`); built apart, as `--cfg loom`
+    // changes what the crate is built from.
+    cargo_with_env(
+        root,
+        &[("RUSTFLAGS", "--cfg loom")],
+        &[
+            "test",
+            "-p",
+            "tcgkit-plugin-api",
+            "--lib",
+            "--target-dir",
+            "target/loom",
+            "rounds::model",
+        ],
+    )?;
     // Under CI a missing monodis is installed (or fails the run); locally it is skipped.
     if std::env::var_os("CI").is_none() && !corpus_images::monodis_available() {
         println!("corpus-images: skipped, monodis not installed (apt-get install mono-utils)");

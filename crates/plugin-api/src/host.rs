@@ -19,6 +19,7 @@ use crate::PluginError;
 use crate::args::PluginSpec;
 use crate::modules::{GuestView, ModuleInfo};
 use crate::registry::PluginRegistry;
+use crate::rounds::{RetireRequest, Rounds};
 use crate::symbols::SymbolTable;
 use crate::trans::{Access, ExecContext, SharedExecCallback, SharedMemCallback, TbTrans};
 
@@ -247,6 +248,8 @@ struct Entry {
     deferred: Vec<Pending>,
     completing: bool,
     uninstalling: bool,
+    /// The retire round (see `rounds.rs`) the pending operations wait for.
+    round: u64,
 }
 
 impl Entry {
@@ -302,7 +305,6 @@ struct State {
     /// Bumped with every new `trans`; shared with `Inner`, which reads it
     /// without the lock.
     trans_version: Arc<AtomicU64>,
-    flushers: Vec<FlushHandle>,
     online: BTreeSet<u32>,
     failures: Vec<String>,
     /// atexit callbacks of plugins removed after a panic: their output is
@@ -400,6 +402,18 @@ pub(crate) struct Inner {
     out: Mutex<Box<dyn Write + Send>>,
     /// Embedder-side watchers (e.g. a profiler); never plugin code.
     watchers: std::sync::RwLock<Vec<LifecycleWatcher>>,
+    /// The attached engines, and when a retire request has passed them all.
+    rounds: Rounds<FlushHandle>,
+}
+
+impl RetireRequest for FlushHandle {
+    fn request(&self, flush: bool) {
+        if flush {
+            self.request_flush();
+        } else {
+            self.request_reinstrument();
+        }
+    }
 }
 
 impl Inner {
@@ -427,18 +441,13 @@ impl Inner {
         let _ = out.write_all(text.as_bytes());
     }
 
-    /// Asks the engine to retire every block's instrumentation at its next
-    /// safe point. A reset only needs the blocks planned again (their
-    /// decoded code stays valid); an uninstall flushes them, so the plugin's
-    /// callbacks, and the state they hold, are dropped promptly.
-    fn request_retire(state: &State, uninstall: bool) {
-        for f in &state.flushers {
-            if uninstall {
-                f.request_flush();
-            } else {
-                f.request_reinstrument();
-            }
-        }
+    /// Asks every engine to retire every block's instrumentation at its
+    /// next safe point; returns the round that completes once they all did.
+    /// A reset only needs the blocks planned again (their decoded code
+    /// stays valid); an uninstall flushes them, so the plugin's callbacks,
+    /// and the state they hold, are dropped promptly.
+    fn request_retire(&self, uninstall: bool) -> u64 {
+        self.rounds.request(uninstall)
     }
 
     fn remove_failed(&self, slot: &Arc<Slot>, what: &str, message: String) {
@@ -458,7 +467,7 @@ impl Inner {
                 }
                 state.rebuild_trans();
                 // Its inline operations go away with the blocks that carry them.
-                Self::request_retire(&state, true);
+                self.request_retire(true);
             }
             state.failures.push(message.clone());
         }
@@ -466,17 +475,28 @@ impl Inner {
         self.notify(PluginLifecycle::Uninstalled, slot);
     }
 
-    /// Completes pending resets and uninstalls: every block translated
-    /// before they were requested is retired, so the old registrations can
-    /// never run again.
-    fn complete_pending(&self, run_flush_callbacks: bool) {
+    /// An engine retired its blocks' instrumentation: the flush callbacks
+    /// run, and the engine passes the open retire round (waiting, if other
+    /// engines have not passed it yet, until its completions ran).
+    fn engine_flushed(&self, engine: u64) {
+        let flush_cbs = self.state().guarded(|r| &r.flush);
+        for (guard, cb) in flush_cbs {
+            guard.call("flush", || cb());
+        }
+        self.rounds
+            .pass(engine, &mut |round| self.complete_through(round));
+    }
+
+    /// Completes the resets and uninstalls of retire rounds up to `round`:
+    /// every block translated before they were requested is retired, on
+    /// every engine, so the old registrations can never run again.
+    fn complete_through(&self, round: u64) {
         let mut done: Vec<(Arc<Slot>, Pending)> = Vec::new();
-        let flush_cbs;
         {
             let mut state = self.state();
             let mut changed = false;
             state.plugins.retain_mut(|e| {
-                if e.pending.is_empty() {
+                if e.pending.is_empty() || e.round > round {
                     return true;
                 }
                 changed = true;
@@ -496,14 +516,6 @@ impl Inner {
             if changed {
                 state.rebuild_trans();
             }
-            flush_cbs = if run_flush_callbacks {
-                state.guarded(|r| &r.flush)
-            } else {
-                Vec::new()
-            };
-        }
-        for (guard, cb) in flush_cbs {
-            guard.call("flush", || cb());
         }
         if done.is_empty() {
             return;
@@ -527,26 +539,29 @@ impl Inner {
             }
         }
         let mut state = self.state();
-        let mut started = false;
+        let mut started = Vec::new();
         let mut uninstall = false;
         for slot in &done_slots {
             if let Some(entry) = state.entry_mut(slot.id) {
                 entry.completing = false;
                 for op in std::mem::take(&mut entry.deferred) {
                     entry.begin(op);
-                    started = true;
+                    started.push(slot.id);
                     uninstall |= entry.uninstalling;
                 }
             }
         }
-        if started {
+        if !started.is_empty() {
             state.rebuild_trans();
-            Self::request_retire(&state, uninstall);
+            let round = self.request_retire(uninstall);
+            for id in started {
+                if let Some(entry) = state.entry_mut(id) {
+                    entry.round = round;
+                }
+            }
         }
     }
-}
 
-impl Instrumentation for Inner {
     fn translate(&self, tb: &TbView<'_>, plan: &mut TbPlan) {
         // The registrations are kept in the engine's plan memo while they
         // do not change: a block then costs no lock and no reference
@@ -583,9 +598,33 @@ impl Instrumentation for Inner {
             entry.guard.call("tb_trans", || (entry.cb)(&mut view));
         }
     }
+}
+
+/// The instrumentation one attached engine holds: the host, and which of
+/// its engines this is. Dropped with the engine (or when the engine is
+/// given other instrumentation), it detaches: retire rounds stop waiting
+/// for that engine.
+struct EngineLink {
+    inner: Arc<Inner>,
+    id: u64,
+}
+
+impl Instrumentation for EngineLink {
+    fn translate(&self, tb: &TbView<'_>, plan: &mut TbPlan) {
+        self.inner.translate(tb, plan);
+    }
 
     fn flushed(&self) {
-        self.complete_pending(true);
+        self.inner.engine_flushed(self.id);
+    }
+}
+
+impl Drop for EngineLink {
+    fn drop(&mut self) {
+        let inner = &self.inner;
+        inner
+            .rounds
+            .detach(self.id, &mut |round| inner.complete_through(round));
     }
 }
 
@@ -937,7 +976,10 @@ impl PluginHandle {
         }
         entry.begin(pending);
         state.rebuild_trans();
-        Inner::request_retire(&state, uninstall);
+        let round = host.request_retire(uninstall);
+        if let Some(entry) = state.entry_mut(self.slot.id) {
+            entry.round = round;
+        }
         Ok(())
     }
 }
@@ -977,6 +1019,7 @@ impl PluginHost {
                 state: Mutex::new(state),
                 out: Mutex::new(out),
                 watchers: std::sync::RwLock::new(Vec::new()),
+                rounds: Rounds::new(),
             }),
         }
     }
@@ -1090,6 +1133,7 @@ impl PluginHost {
                 deferred: Vec::new(),
                 completing: false,
                 uninstalling: false,
+                round: 0,
             });
             slot
         };
@@ -1146,17 +1190,30 @@ impl PluginHost {
     }
 
     /// Makes this host the engine's instrumentation (flushing what was
-    /// translated before) and lets resets flush it. One engine per host.
+    /// translated before) and lets resets retire its blocks.
+    ///
+    /// A host may instrument several engines at once, one per vCPU thread
+    /// (give each its vCPU's index with [`Engine::set_vcpu_index`]). A
+    /// reset or uninstall then completes once every attached engine has
+    /// retired its blocks: each waits at its safe point until the last one
+    /// got there, and the completion runs on that last one's thread, so
+    /// that every event is counted exactly once, by the old registration
+    /// or the new. An engine stays attached until it is dropped or given
+    /// other instrumentation; while attached it must keep running (or be
+    /// dropped) for resets to complete.
     pub fn attach<F: Frontend>(&self, engine: &mut Engine<F>) {
         {
             let mut state = self.inner.state();
-            state.flushers.clear();
-            state.flushers.push(engine.flush_handle());
             state.register_names = engine.frontend().register_names();
             state.qemu_disassembler = engine.frontend().qemu_disassembler();
             state.rebuild_guest();
         }
-        engine.set_instrumentation(Some(Arc::clone(&self.inner) as Arc<dyn Instrumentation>));
+        let id = self.inner.rounds.attach(engine.flush_handle());
+        let link = EngineLink {
+            inner: Arc::clone(&self.inner),
+            id,
+        };
+        engine.set_instrumentation(Some(Arc::new(link) as Arc<dyn Instrumentation>));
     }
 
     fn vcpu_event(&self, event: VcpuEvent, vcpu: u32) {
@@ -1239,7 +1296,7 @@ impl PluginHost {
         // completion cannot hang the exit.
         const FINISH_ROUNDS: usize = 64;
         for _ in 0..FINISH_ROUNDS {
-            self.inner.complete_pending(false);
+            self.inner.complete_through(u64::MAX);
             let more = self
                 .inner
                 .state()

@@ -39,6 +39,14 @@
 //! the vCPU still pointed at the load's memory callbacks): here the memory
 //! callbacks are a borrow of a generation that outlives the instruction.
 //!
+//! One host may instrument several engines at once, one per vCPU thread
+//! ([`PluginHost::attach`] each). A reset or uninstall then completes once
+//! every attached engine has retired its blocks: each waits at its safe
+//! point until the last one gets there, as QEMU's vCPUs wait outside an
+//! exclusive section, and the completion runs on that last thread. Every
+//! event is counted exactly once, by the old registration or the new one,
+//! on every thread.
+//!
 //! A callback that panics is caught: its plugin is uninstalled with a
 //! message naming it on the plugin output and in [`PluginHost::failures`].
 //! Its callbacks stop after the instruction that was executing (the block
@@ -131,6 +139,7 @@ mod host;
 mod modules;
 pub mod plugins;
 mod registry;
+mod rounds;
 mod symbols;
 mod trans;
 

@@ -46,17 +46,17 @@ fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/guests")
 }
 
-/// Forwards linux-user's syscall hook to the host, as the CLI does, and
-/// counts the calls independently of any plugin.
-struct Forward(PluginHost, Arc<AtomicU64>);
+/// Forwards linux-user's syscall hook on vCPU `.2` to the host, as the CLI
+/// does, and counts the calls independently of any plugin.
+struct Forward(PluginHost, Arc<AtomicU64>, u32);
 
 impl SyscallObserver for Forward {
     fn on_syscall(&mut self, number: u64, args: &[u64; 6]) {
         self.1.fetch_add(1, Relaxed);
-        self.0.on_syscall(0, number, args);
+        self.0.on_syscall(self.2, number, args);
     }
     fn on_syscall_return(&mut self, number: u64, ret: u64) {
-        self.0.on_syscall_return(0, number, ret);
+        self.0.on_syscall_return(self.2, number, ret);
     }
 }
 
@@ -129,10 +129,19 @@ fn load_with_stdio(
     process
 }
 
-/// Runs fixture `f` as its differential case does (same argv, environment
-/// and stdin; a file argument in a fresh scratch directory), instrumented
-/// with `host`, and checks the files it leaves.
-fn run(f: Fixture, host: Option<&PluginHost>) -> Result<Outcome> {
+/// A fixture's process, loaded and not run yet.
+struct Loaded {
+    process: Process,
+    path: PathBuf,
+    /// The file argument, if the fixture takes one.
+    file: PathBuf,
+    _scratch: Scratch,
+}
+
+/// Loads fixture `f` as its differential case does (same argv,
+/// environment and stdin; a file argument in a fresh scratch directory).
+/// Not from several threads at once: it swaps the host's stdio.
+fn load(f: Fixture) -> Result<Loaded> {
     let path = fixtures().join(f.program);
     let scratch = Scratch::new()?;
     // argv[0] is the path, as qemu-riscv64 passes it (AT_EXECFN matches it).
@@ -149,19 +158,46 @@ fn run(f: Fixture, host: Option<&PluginHost>) -> Result<Outcome> {
     let stdin_path = scratch.0.join("stdin");
     std::fs::write(&stdin_path, (f.stdin)()).map_err(|e| format!("write stdin: {e}"))?;
     let stdin = File::open(&stdin_path).map_err(|e| format!("open stdin: {e}"))?;
-    let mut process = load_with_stdio(&path, &argv, &env, &stdin)?;
+    let process = load_with_stdio(&path, &argv, &env, &stdin)?;
+    Ok(Loaded {
+        process,
+        path,
+        file,
+        _scratch: scratch,
+    })
+}
+
+/// Runs fixture `f` (see [`load`]) instrumented with `host`, and checks
+/// the files it leaves.
+fn run(f: Fixture, host: Option<&PluginHost>) -> Result<Outcome> {
+    let outcome = run_loaded(f, load(f)?, host, 0)?;
+    if let Some(host) = host {
+        host.finish().map_err(|e| e.to_string())?;
+    }
+    Ok(outcome)
+}
+
+/// Runs a loaded fixture on vCPU `vcpu` of `host`, one of the host's
+/// engines; the caller finishes the host.
+fn run_loaded(f: Fixture, loaded: Loaded, host: Option<&PluginHost>, vcpu: u32) -> Result<Outcome> {
+    let Loaded {
+        mut process,
+        path,
+        file,
+        _scratch,
+    } = loaded;
     let syscalls = Arc::new(AtomicU64::new(0));
     if let Some(host) = host {
         let elf = std::fs::read(&path).map_err(|e| e.to_string())?;
         host.set_symbols(SymbolTable::from_elf(&elf));
+        process.engine_mut().set_vcpu_index(vcpu);
         host.attach(process.engine_mut());
-        process.set_syscall_observer(Box::new(Forward(host.clone(), syscalls.clone())));
-        host.vcpu_init(0);
+        process.set_syscall_observer(Box::new(Forward(host.clone(), syscalls.clone(), vcpu)));
+        host.vcpu_init(vcpu);
     }
     let exit = process.run();
     if let Some(host) = host {
-        host.vcpu_exit(0);
-        host.finish().map_err(|e| e.to_string())?;
+        host.vcpu_exit(vcpu);
     }
     let stats = process.engine().stats();
     // The process writes its shared mappings back when it ends, but owns
@@ -265,6 +301,9 @@ impl Plugin for Capture {
 /// violation.
 struct Storm {
     every: u64,
+    /// Only loads on this vCPU count towards the N-th (any vCPU's if None).
+    resetter: Option<u32>,
+    resetter_loads: AtomicU64,
     epoch: AtomicU64,
     insns: AtomicU64,
     load_insns: AtomicU64,
@@ -281,8 +320,14 @@ struct Storm {
 
 impl Storm {
     fn new(every: u64) -> Arc<Self> {
+        Self::resetting_on(every, None)
+    }
+
+    fn resetting_on(every: u64, resetter: Option<u32>) -> Arc<Self> {
         Arc::new(Storm {
             every,
+            resetter,
+            resetter_loads: AtomicU64::new(0),
             epoch: AtomicU64::new(0),
             insns: AtomicU64::new(0),
             load_insns: AtomicU64::new(0),
@@ -337,9 +382,13 @@ impl Storm {
                     continue;
                 }
                 let (m, h) = (Arc::clone(&me), h.clone());
-                insn.on_exec(Access::NONE, move |_| {
+                insn.on_exec(Access::NONE, move |ctx| {
                     m.check(epoch);
-                    let n = m.load_insns.fetch_add(1, Relaxed) + 1;
+                    m.load_insns.fetch_add(1, Relaxed);
+                    if m.resetter.is_some_and(|v| v != ctx.vcpu()) {
+                        return;
+                    }
+                    let n = m.resetter_loads.fetch_add(1, Relaxed) + 1;
                     if n % m.every == 0 && !m.pending.swap(true, Relaxed) {
                         m.resets.fetch_add(1, Relaxed);
                         if m.reset(&h).is_err() {
@@ -443,6 +492,9 @@ struct Fixture {
     crowd: &'static [u64],
     /// Whether to run every bundled plugin over it too.
     bundled: bool,
+    /// The N of the threaded cases ([`THREADS`] processes at once, each
+    /// reset a rendezvous of them all).
+    threads: &'static [u64],
     /// Whether every run executes exactly as many instructions (see
     /// [`executed`]).
     exact: bool,
@@ -460,6 +512,7 @@ impl Fixture {
             check_file: None,
             crowd: &[7, 1000],
             bundled: true,
+            threads: &[1, 7, 1000],
             exact: true,
         }
     }
@@ -476,6 +529,8 @@ const FIXTURES: &[Fixture] = &[
     Fixture {
         crowd: &[1000],
         bundled: false,
+        // 4.6M rendezvous of four threads at N=1 take 40 s.
+        threads: &[1000],
         ..Fixture::new("integer", "integer_with_argument", &["5000"])
     },
     Fixture::new("float", "float", &[]),
@@ -651,7 +706,53 @@ fn storm_alone(f: Fixture, every: u64, baseline: u64) -> Result<String> {
     let out = run(f, Some(&host))?;
     check_output(f, &capture, out.exit)?;
     let baseline = executed(f, baseline, &out)?;
-    check_storm(&storm, baseline)?;
+    check_storm(&storm, baseline, 1)?;
+    Ok(format!("{} resets", storm.resets.load(Relaxed)))
+}
+
+/// Guest processes at once, one per host thread, each on an engine of its
+/// own attached to one host as vCPUs 0 to 3.
+const THREADS: u32 = 4;
+
+/// The seed scenario across threads: the fixture runs on [`THREADS`] host
+/// threads at once, each its own engine (vCPU 0 to 3) under one host; the
+/// storm resets from the instruction callback of every N-th load of vCPU
+/// 0, while the other vCPUs run loads with live memory callbacks. Every
+/// reset must wait for all of them: the counts stay exact, and no callback
+/// runs after its registration's completion on any thread.
+fn storm_threads(f: Fixture, every: u64, baseline: u64) -> Result<String> {
+    let host = PluginHost::new(
+        GuestInfo::user("riscv64", THREADS),
+        Box::new(std::io::sink()),
+    );
+    let storm = Storm::resetting_on(every, Some(0));
+    host.install("storm", storm.clone())
+        .map_err(|e| e.to_string())?;
+    let loaded = (0..THREADS).map(|_| load(f)).collect::<Result<Vec<_>>>()?;
+    let outcomes = std::thread::scope(|scope| {
+        let threads: Vec<_> = loaded
+            .into_iter()
+            .zip(0..)
+            .map(|(loaded, vcpu)| {
+                let host = &host;
+                scope.spawn(move || run_loaded(f, loaded, Some(host), vcpu))
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| t.join().map_err(|_| "a guest thread panicked".to_owned())?)
+            .collect::<Result<Vec<_>>>()
+    })?;
+    host.finish().map_err(|e| e.to_string())?;
+    let status = expected(f.case)?.1;
+    let mut executed_all = 0;
+    for out in &outcomes {
+        ensure(status_text(out.exit) == status, || {
+            format!("status {} != expected {status}", status_text(out.exit))
+        })?;
+        executed_all += executed(f, baseline, out)?;
+    }
+    check_storm(&storm, executed_all, THREADS as u64)?;
     Ok(format!("{} resets", storm.resets.load(Relaxed)))
 }
 
@@ -682,13 +783,16 @@ fn same_run_count(f: Fixture, a: u64, b: u64) -> bool {
     }
 }
 
-fn check_storm(storm: &Storm, baseline: u64) -> Result {
+/// What the storm saw over `processes` runs that executed `baseline`
+/// instructions in all.
+fn check_storm(storm: &Storm, baseline: u64, processes: u64) -> Result {
     let (resets, completions) = (storm.resets.load(Relaxed), storm.completions.load(Relaxed));
     let (insns, loads, accesses) = (
         storm.insns.load(Relaxed),
         storm.load_insns.load(Relaxed),
         storm.load_accesses.load(Relaxed),
     );
+    let resetter_loads = storm.resetter_loads.load(Relaxed);
     ensure(storm.violations.load(Relaxed) == 0, || {
         format!(
             "{} callbacks ran after their registration's completion",
@@ -698,18 +802,21 @@ fn check_storm(storm: &Storm, baseline: u64) -> Result {
     ensure(resets == completions, || {
         format!("{resets} resets but {completions} completions")
     })?;
-    ensure(resets == loads / storm.every, || {
-        format!("{resets} resets for {loads} loads at N={}", storm.every)
+    ensure(resets == resetter_loads / storm.every, || {
+        format!(
+            "{resets} resets for {resetter_loads} loads at N={}",
+            storm.every
+        )
     })?;
-    ensure(resets > 0 || loads < storm.every, || {
+    ensure(resets > 0 || resetter_loads < storm.every, || {
         "no reset happened".into()
     })?;
     ensure(insns == baseline, || {
         format!("storm counted {insns} insns, uninstrumented run executed {baseline}")
     })?;
     // Each load's memory callback still ran after a reset requested in its
-    // instruction callback (a faulting load has none).
-    ensure(accesses <= loads && loads - accesses <= 1, || {
+    // instruction callback (a faulting load, one per process, has none).
+    ensure(accesses <= loads && loads - accesses <= processes, || {
         format!("{loads} load insns but {accesses} load accesses")
     })
 }
@@ -752,8 +859,8 @@ fn storm_crowd(f: Fixture, every: u64, baseline: u64) -> Result<String> {
     let out = run(f, Some(&host))?;
     check_output(f, &capture, out.exit)?;
     let baseline = executed(f, baseline, &out)?;
-    check_storm(&storm, baseline)?;
-    check_storm(&second, baseline)?;
+    check_storm(&storm, baseline, 1)?;
+    check_storm(&second, baseline, 1)?;
     ensure(counter.total() == baseline, || {
         format!(
             "insn plugin counted {}, expected {baseline}",
@@ -1028,6 +1135,12 @@ fn main() {
             cases.push((
                 format!("crowd {} n={every}", f.name),
                 Box::new(move |b| storm_crowd(f, every, b)),
+            ));
+        }
+        for &every in f.threads {
+            cases.push((
+                format!("threads {} n={every}", f.name),
+                Box::new(move |b| storm_threads(f, every, b)),
             ));
         }
         cases.push((

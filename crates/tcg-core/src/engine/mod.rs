@@ -420,6 +420,17 @@ impl<F: Frontend> Engine<F> {
         vcpu
     }
 
+    /// Renumbers the built-in vCPU context ([`Engine::run`]'s) as `index`,
+    /// for an embedder that runs one engine per vCPU thread: callbacks then
+    /// see the vCPU index QEMU would give that thread. Contexts made later
+    /// by [`Engine::new_vcpu`] count up from `index + 1`.
+    pub fn set_vcpu_index(&mut self, index: u32) {
+        if let Some(main) = &mut self.main_vcpu {
+            main.index = index;
+        }
+        self.next_vcpu = self.next_vcpu.max(index.saturating_add(1));
+    }
+
     /// Caps the number of blocks in one generation; reaching it flushes
     /// (as QEMU does when its code buffer is full). Minimum 1.
     pub fn set_max_tbs(&mut self, max: usize) {
