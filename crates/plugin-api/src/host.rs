@@ -984,12 +984,13 @@ impl PluginHandle {
     }
 }
 
-/// Hosts installed plugins for one engine: implements tcg-core's
-/// [`Instrumentation`], and takes the events the embedder sees (vCPU
-/// lifecycle, system calls, end of run). Clones share the same host.
+/// Hosts installed plugins for one engine, or one engine per vCPU thread:
+/// gives each attached engine its tcg-core [`Instrumentation`], and takes
+/// the events the embedder sees (vCPU lifecycle, system calls, end of
+/// run). Clones share the same host.
 ///
 /// Embedding, in order: build it ([`PluginHost::new`] or
-/// [`PluginHost::from_specs`]), [`PluginHost::attach`] it to the engine,
+/// [`PluginHost::from_specs`]), [`PluginHost::attach`] it to each engine,
 /// call [`PluginHost::vcpu_init`] for each vCPU, run the guest (forwarding
 /// system calls to [`PluginHost::on_syscall`] and
 /// [`PluginHost::on_syscall_return`]), then [`PluginHost::vcpu_exit`] and
