@@ -242,11 +242,10 @@ fn decode32(raw: u32, pc: u64) -> Option<Inst> {
         0x1b => decode_op_imm32(raw, rd, rs1, funct3),
         0x33 => op_reg(funct7, funct3, rd, rs1, rs2),
         0x3b => op_reg32(funct7, funct3, rd, rs1, rs2),
-        // fence: ordering only, nothing to do for one hart in user mode.
-        // Unused fields are ignored as the spec asks for forward
+        // fence; unused fields are ignored as the spec asks for forward
         // compatibility.
         0x0f => match funct3 {
-            0 => Some(Inst::Nop),
+            0 => Some(Inst::Fence),
             1 => Some(Inst::FenceI),
             _ => None,
         },

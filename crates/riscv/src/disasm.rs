@@ -147,6 +147,7 @@ fn write_inst(s: &mut String, inst: &Inst) -> std::fmt::Result {
         Inst::Remuw { rd, rs1, rs2 } => r3!("remuw", rd, rs1, rs2),
         Inst::Ecall => write!(s, "ecall"),
         Inst::Ebreak => write!(s, "ebreak"),
+        Inst::Fence => write!(s, "fence"),
         Inst::FenceI => write!(s, "fence.i"),
         Inst::Csr { op, rd, src, csr } => {
             let name = match csr {

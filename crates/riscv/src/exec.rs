@@ -185,6 +185,7 @@ pub(crate) fn execute<M: MemAccess>(cpu: &mut Cpu, inst: &Inst, pc: u64, mem: &m
         }
         Inst::Ecall => return Flow::Exit(CpuExit::Syscall),
         Inst::Ebreak => return Flow::Exit(CpuExit::Breakpoint),
+        Inst::Fence => mem.memory().fence(),
         Inst::FenceI => return Flow::Exit(CpuExit::FlushCode),
         Inst::Csr { op, rd, src, csr } => csr_op(cpu, op, rd, src, csr),
         Inst::LrW { rd, rs1 } => return load_reserved(cpu, mem, rd, rs1, 4),
@@ -305,6 +306,9 @@ fn load_reserved<M: MemAccess>(cpu: &mut Cpu, mem: &mut M, rd: u8, rs1: u8, size
     }
     match mem.load(addr, size, size == 4) {
         Ok(v) => {
+            // An acquire (whatever the aq bit says): later accesses of
+            // this thread stay after it. Free on x86-64.
+            std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
             cpu.reservation = Some(Reservation {
                 addr,
                 size,
@@ -337,22 +341,20 @@ fn store_conditional<M: MemAccess>(
         return Flow::Next;
     };
     // qemu-user implements a matching SC as a compare-and-swap against the
-    // value LR saw: a load, then a store of the new value on success or of
-    // the unchanged old one on failure. Doing the same keeps plugins'
-    // memory-access counts equal to QEMU's (a load and a store per matching
-    // SC), and a plain store of the same value in between does not break
-    // the reservation here either.
-    let current = match mem.load(addr, size, false) {
-        Ok(v) => truncate(v, size),
-        Err(f) => return fault(f),
-    };
-    let success = current == res.value;
-    let stored = if success { cpu.r(rs2) } else { current };
-    if let Err(f) = mem.store(addr, size, stored) {
-        return fault(f);
+    // value LR saw, so does this, atomically across threads: another
+    // thread's store of a different value in between makes it fail, one
+    // of the same value does not (the ABA case QEMU accepts too).
+    // Instrumentation sees a load, then a store of the new value on
+    // success or of the unchanged old one on failure, as QEMU's plugins do.
+    let new = cpu.r(rs2);
+    let swap = |current: u64| if current == res.value { new } else { current };
+    match mem.atomic_update(addr, size, false, swap) {
+        Ok((old, _)) => {
+            cpu.w(rd, u64::from(old != res.value));
+            Flow::Next
+        }
+        Err(f) => fault(f),
     }
-    cpu.w(rd, u64::from(!success));
-    Flow::Next
 }
 
 fn amo<M: MemAccess>(
@@ -368,27 +370,23 @@ fn amo<M: MemAccess>(
     if addr & (u64::from(size) - 1) != 0 {
         return misaligned(addr, AccessKind::Write);
     }
-    // An AMO is a store: a failing read half is reported as a store fault.
-    let old = match mem.load(addr, size, size == 4) {
-        Ok(v) => v,
-        Err(f) => {
-            return fault(MemFault {
-                access: AccessKind::Write,
-                ..f
-            });
+    let src = cpu.r(rs2);
+    let apply = |old: u64| {
+        if size == 4 {
+            u64::from(amo_apply32(op, old as u32, src as u32))
+        } else {
+            amo_apply64(op, old, src)
         }
     };
-    let src = cpu.r(rs2);
-    let new = if size == 4 {
-        u64::from(amo_apply32(op, old as u32, src as u32))
-    } else {
-        amo_apply64(op, old, src)
-    };
-    if let Err(f) = mem.store(addr, size, new) {
-        return fault(f);
+    // One host atomic read-modify-write; a fault (even of the read half)
+    // is a store fault.
+    match mem.atomic_update(addr, size, size == 4, apply) {
+        Ok((old, _)) => {
+            cpu.w(rd, old);
+            Flow::Next
+        }
+        Err(f) => fault(f),
     }
-    cpu.w(rd, old);
-    Flow::Next
 }
 
 fn amo_apply32(op: AmoOp, a: u32, b: u32) -> u32 {

@@ -428,6 +428,9 @@ pub(crate) enum Inst {
     },
     Ecall,
     Ebreak,
+    /// `fence`: orders this thread's accesses for the others (the pred
+    /// and succ sets are not told apart: the host fence is full).
+    Fence,
     FenceI,
     /// `src` is rs1 for the register forms and the 5-bit immediate for `*i`.
     Csr {

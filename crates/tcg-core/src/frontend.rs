@@ -114,6 +114,18 @@ pub trait MemAccess {
     fn load(&mut self, addr: u64, size: u8, signed: bool) -> Result<u64, MemFault>;
     /// Stores the low `size` bytes of `value` at `addr`.
     fn store(&mut self, addr: u64, size: u8, value: u64) -> Result<(), MemFault>;
+    /// Atomically replaces the naturally aligned `size` (4 or 8) bytes at
+    /// `addr` with `update(old)` ([`GuestMemory::atomic_update`]: an AMO,
+    /// or a store-conditional's compare-and-swap) and returns `(old,
+    /// new)`, `old` sign-extended if `signed`. Instrumentation sees a load
+    /// of `old`, then a store of `new`, as QEMU's plugins see an atomic.
+    fn atomic_update(
+        &mut self,
+        addr: u64,
+        size: u8,
+        signed: bool,
+        update: impl Fn(u64) -> u64,
+    ) -> Result<(u64, u64), MemFault>;
     /// The raw guest memory, bypassing instrumentation (e.g. LR/SC
     /// bookkeeping). Guest-visible accesses should use `load`/`store`.
     fn memory(&mut self) -> &mut GuestMemory;
@@ -182,6 +194,17 @@ impl MemAccess for GuestMemory {
     #[inline(always)]
     fn store(&mut self, addr: u64, size: u8, value: u64) -> Result<(), MemFault> {
         GuestMemory::store(self, addr, size, value)
+    }
+
+    fn atomic_update(
+        &mut self,
+        addr: u64,
+        size: u8,
+        signed: bool,
+        update: impl Fn(u64) -> u64,
+    ) -> Result<(u64, u64), MemFault> {
+        let (old, new) = GuestMemory::atomic_update(self, addr, size, update)?;
+        Ok((if signed { sign_extend(old, size) } else { old }, new))
     }
 
     fn memory(&mut self) -> &mut GuestMemory {

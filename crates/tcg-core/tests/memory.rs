@@ -455,3 +455,116 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn views_share_bytes_and_see_each_others_mappings_after_a_sync() {
+    let mut a = GuestMemory::new();
+    let mut b = a.share();
+    assert!(a.same_space(&b));
+    assert!(!a.same_space(&GuestMemory::new()));
+    a.map(0x1000, PAGE_SIZE, rw()).unwrap();
+    a.store(0x1008, 8, 0x1122_3344_5566_7788).unwrap();
+    assert_eq!(b.load(0x1008, 8), Ok(0x1122_3344_5566_7788));
+    b.store(0x100c, 2, 0xabcd).unwrap();
+    assert_eq!(a.load(0x1008, 8), Ok(0x1122_abcd_5566_7788));
+    assert_eq!(b.mapped_pages(), 1);
+
+    // b's TLB still holds the page a unmaps: its bytes stay alive and b
+    // reaches them until it syncs, then faults like a.
+    a.unmap(0x1000, PAGE_SIZE).unwrap();
+    assert_eq!(
+        a.load(0x1008, 1).map_err(|f| f.kind),
+        Err(MemFaultKind::Unmapped)
+    );
+    assert_eq!(b.load(0x1008, 1), Ok(0x88));
+    b.sync();
+    assert_eq!(
+        b.load(0x1008, 1).map_err(|f| f.kind),
+        Err(MemFaultKind::Unmapped)
+    );
+
+    // A protection change, and a mapping replaced with fresh zeroes.
+    a.map(0x1000, PAGE_SIZE, rw()).unwrap();
+    b.sync();
+    b.store(0x1000, 4, 7).unwrap();
+    a.protect(0x1000, PAGE_SIZE, Perms::READ).unwrap();
+    b.sync();
+    assert_eq!(
+        b.store(0x1000, 4, 8).map_err(|f| f.kind),
+        Err(MemFaultKind::Protection)
+    );
+    assert_eq!(b.load(0x1000, 4), Ok(7));
+    a.map(0x1000, PAGE_SIZE, rw()).unwrap();
+    b.sync();
+    assert_eq!(b.load(0x1000, 4), Ok(0));
+}
+
+#[test]
+fn atomic_updates_through_views_on_threads_lose_nothing() {
+    let mut mem = GuestMemory::new();
+    mem.map(0x1000, PAGE_SIZE, rw()).unwrap();
+    let views: Vec<GuestMemory> = (0..4).map(|_| mem.share()).collect();
+    std::thread::scope(|s| {
+        for mut view in views {
+            s.spawn(move || {
+                for _ in 0..5_000 {
+                    view.atomic_update(0x1000, 4, |v| v + 1).unwrap();
+                    view.atomic_update(0x1004, 4, |v| v + 2).unwrap();
+                    view.atomic_update(0x1008, 8, |v| v.wrapping_sub(1))
+                        .unwrap();
+                    // A compare-and-swap that succeeds only from 0.
+                    view.atomic_update(0x1010, 8, |v| if v == 0 { 1 } else { v })
+                        .unwrap();
+                }
+            });
+        }
+    });
+    assert_eq!(mem.load(0x1000, 4), Ok(20_000));
+    assert_eq!(mem.load(0x1004, 4), Ok(40_000));
+    assert_eq!(mem.load(0x1008, 8), Ok(20_000u64.wrapping_neg()));
+    assert_eq!(mem.load(0x1010, 8), Ok(1));
+    let misaligned = mem.atomic_update(0x1002, 4, |v| v).map_err(|f| f.kind);
+    assert_eq!(misaligned, Err(MemFaultKind::Misaligned));
+    mem.protect(0x1000, PAGE_SIZE, Perms::READ).unwrap();
+    let read_only = mem
+        .atomic_update(0x1000, 4, |v| v)
+        .map_err(|f| (f.kind, f.access));
+    assert_eq!(
+        read_only,
+        Err((MemFaultKind::Protection, AccessKind::Write))
+    );
+}
+
+#[test]
+fn mapping_from_one_thread_while_others_access() {
+    let mut mem = GuestMemory::new();
+    mem.map(0x1000, PAGE_SIZE, rw()).unwrap();
+    let mut mapper = mem.share();
+    let views: Vec<GuestMemory> = (0..2).map(|_| mem.share()).collect();
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            for round in 0..300u64 {
+                let at = 0x10_0000 + (round % 8) * PAGE_SIZE;
+                mapper.map(at, PAGE_SIZE, rw()).unwrap();
+                mapper.store(at, 8, round).unwrap();
+                mapper.unmap(at, PAGE_SIZE).unwrap();
+            }
+        });
+        for mut view in views {
+            s.spawn(move || {
+                for round in 0..3_000u64 {
+                    view.sync();
+                    view.atomic_update(0x1000, 8, |v| v + 1).unwrap();
+                    // Pages come and go under this thread: either outcome
+                    // is fine, a crash or a wrong fault kind is not.
+                    let at = 0x10_0000 + (round % 8) * PAGE_SIZE;
+                    if let Err(f) = view.load(at, 8) {
+                        assert_eq!(f.kind, MemFaultKind::Unmapped);
+                    }
+                }
+            });
+        }
+    });
+    assert_eq!(mem.load(0x1000, 8), Ok(6_000));
+    assert_eq!(mem.mapped_pages(), 1);
+}

@@ -12,6 +12,7 @@ mod float;
 mod integer;
 mod jit;
 mod jit_instrumented;
+mod threads;
 
 use tcgkit_tcg_core::{CpuExit, Flow, Frontend, GuestMemory, Perms};
 
@@ -41,6 +42,17 @@ impl tcgkit_tcg_core::MemAccess for CountingMemory<'_> {
     fn store(&mut self, addr: u64, size: u8, value: u64) -> Result<(), tcgkit_tcg_core::MemFault> {
         self.stores += 1;
         tcgkit_tcg_core::MemAccess::store(self.mem, addr, size, value)
+    }
+    fn atomic_update(
+        &mut self,
+        addr: u64,
+        size: u8,
+        signed: bool,
+        update: impl Fn(u64) -> u64,
+    ) -> Result<(u64, u64), tcgkit_tcg_core::MemFault> {
+        self.loads += 1;
+        self.stores += 1;
+        tcgkit_tcg_core::MemAccess::atomic_update(self.mem, addr, size, signed, update)
     }
     fn memory(&mut self) -> &mut GuestMemory {
         self.mem

@@ -255,6 +255,28 @@ impl<W: Fire> MemAccess for WatchedMem<'_, W> {
         Ok(())
     }
 
+    fn atomic_update(
+        &mut self,
+        addr: u64,
+        size: u8,
+        signed: bool,
+        update: impl Fn(u64) -> u64,
+    ) -> Result<(u64, u64), MemFault> {
+        let (old, new) = MemAccess::atomic_update(&mut *self.ctx.mem, addr, size, signed, update)?;
+        for (is_store, value) in [(false, old), (true, new)] {
+            if self.filter.matches(is_store) {
+                self.fire(MemAccessInfo {
+                    addr,
+                    size,
+                    sign_extended: signed && !is_store,
+                    is_store,
+                    value,
+                });
+            }
+        }
+        Ok((old, new))
+    }
+
     fn memory(&mut self) -> &mut GuestMemory {
         self.ctx.mem
     }
@@ -379,6 +401,28 @@ impl MemAccess for InstrumentedMem<'_> {
             });
         }
         Ok(())
+    }
+
+    fn atomic_update(
+        &mut self,
+        addr: u64,
+        size: u8,
+        signed: bool,
+        update: impl Fn(u64) -> u64,
+    ) -> Result<(u64, u64), MemFault> {
+        let (old, new) = MemAccess::atomic_update(&mut *self.mem, addr, size, signed, update)?;
+        if !self.actions.actions.is_empty() {
+            for (is_store, value) in [(false, old), (true, new)] {
+                self.notify(MemAccessInfo {
+                    addr,
+                    size,
+                    sign_extended: signed && !is_store,
+                    is_store,
+                    value,
+                });
+            }
+        }
+        Ok((old, new))
     }
 
     fn memory(&mut self) -> &mut GuestMemory {

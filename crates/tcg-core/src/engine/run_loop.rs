@@ -79,6 +79,8 @@ impl<F: Frontend> Engine<F> {
         let exit = loop {
             // Quiescent point: this vCPU holds no reference into any block.
             vcpu.announce(self.current.id);
+            // Mappings other threads changed take effect here.
+            mem.sync();
             if !self.retired.is_empty() {
                 self.reclaim();
             }

@@ -5,11 +5,20 @@
 //! bookkeeping. A small direct-mapped software TLB per access kind makes the
 //! common case of [`GuestMemory::load`]/[`GuestMemory::store`] a shift, a
 //! compare and an index; misses, permission faults and accesses that straddle
-//! a page boundary take the slow path.
+//! a page boundary take the slow path. The threads of one guest process
+//! share an address space, each through a view of its own
+//! ([`GuestMemory::share`]); `page.rs` says how their accesses to the same
+//! bytes stay atomic.
 
-use std::collections::BTreeMap;
+mod page;
+
+use std::collections::BTreeSet;
 use std::fmt;
 use std::ops::BitOr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use page::{PageBytes, size_bytes};
 
 /// Size of one guest page in bytes.
 pub const PAGE_SIZE: u64 = 4096;
@@ -138,33 +147,33 @@ pub enum MemError {
     },
 }
 
-/// The bytes of one page. A fixed-size array, so an in-page offset indexes
-/// it without a length check on the load/store fast path.
-type PageData = [u8; PAGE_SIZE as usize];
-
 /// One mapped page; the bytes are allocated on first touch.
 struct Page {
     perms: Perms,
-    data: Option<Box<PageData>>,
+    data: Option<Arc<PageBytes>>,
 }
 
 /// One TLB entry. `repr(C)`: compiled code reads `tag` and `host` at the
 /// offsets [`JitTlb`] gives.
-#[derive(Clone, Copy)]
 #[repr(C)]
 struct TlbEntry {
     tag: u64,
-    /// Host address of the page's bytes (allocated before an entry is
-    /// made; entries are dropped before a page's bytes are freed).
+    /// Host address of the page's bytes, which `page` keeps alive.
     host: usize,
-    slot: u32,
+    page: Option<Arc<PageBytes>>,
 }
 
 const EMPTY_TLB: TlbEntry = TlbEntry {
     tag: NO_TAG,
     host: 0,
-    slot: 0,
+    page: None,
 };
+
+type Tlb = Box<[TlbEntry; TLB_ENTRIES]>;
+
+fn empty_tlb() -> Tlb {
+    Box::new([const { EMPTY_TLB }; TLB_ENTRIES])
+}
 
 /// Where compiled code finds the data TLBs, for its inline access path:
 /// entry `(addr >> 12) & (entries - 1)` of a table matches when its `tag`
@@ -187,24 +196,61 @@ impl JitTlb {
     pub(crate) const PAGE_SHIFT: i64 = PAGE_SHIFT as i64;
 }
 
+/// The page tables of an address space, shared by its views.
+#[derive(Default)]
+struct Layout {
+    /// Mapped page numbers, ordered so gaps can be found.
+    index: BTreeSet<u64>,
+    /// The same pages hashed, for a TLB miss: a large working set misses
+    /// often (zstd -9, malloc's hash chains), and a B-tree walk over
+    /// thousands of pages cost them 5-15% of a run.
+    pages: hashbrown::HashMap<u64, Page>,
+}
+
+/// An address space: its layout, and a count of the changes made to it
+/// (each view drops its TLB when it sees the count move).
+#[derive(Default)]
+struct Space {
+    layout: RwLock<Layout>,
+    changes: AtomicU64,
+}
+
+impl Space {
+    fn read(&self) -> RwLockReadGuard<'_, Layout> {
+        // A panic while holding the lock leaves the layout consistent
+        // (every change is a whole-page update), so a poisoned lock is
+        // still usable.
+        self.layout.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Layout> {
+        self.layout.write().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
 /// A sparse paged guest address space with permissions and a software TLB.
 ///
 /// Every access checks permissions; failures come back as [`MemFault`].
 /// Accesses of several bytes may be misaligned and may straddle pages (as
 /// user-mode RISC-V Linux allows); they either complete entirely or fault
 /// without side effects.
+///
+/// Threads of one guest process each use their own view of one address
+/// space ([`GuestMemory::share`]): the pages and their bytes are common,
+/// the TLBs are the view's own. A view sees another's `map`, `unmap` and
+/// `protect` at its next [`GuestMemory::sync`] (the engine syncs between
+/// blocks); until then a stale TLB entry still reaches the old bytes,
+/// which it keeps alive, so no access ever touches freed memory.
 pub struct GuestMemory {
-    /// Page number -> slot in `pages`; ordered so gaps can be found.
-    index: BTreeMap<u64, u32>,
-    /// The same map hashed, for a TLB miss: a large working set misses
-    /// often (zstd -9, malloc's hash chains), and a B-tree walk over
-    /// thousands of pages cost them 5-15% of a run.
-    slot_of_page: hashbrown::HashMap<u64, u32>,
-    pages: Vec<Page>,
-    free_slots: Vec<u32>,
-    tlb_read: Box<[TlbEntry; TLB_ENTRIES]>,
-    tlb_write: Box<[TlbEntry; TLB_ENTRIES]>,
-    tlb_exec: Box<[TlbEntry; TLB_ENTRIES]>,
+    space: Arc<Space>,
+    /// `space.changes` when this view's TLBs were last known current.
+    seen: u64,
+    /// Another view of the space may exist (set on [`GuestMemory::share`],
+    /// never cleared): narrow stores then merge with compare-and-swap.
+    shared: bool,
+    tlb_read: Tlb,
+    tlb_write: Tlb,
+    tlb_exec: Tlb,
 }
 
 impl Default for GuestMemory {
@@ -216,7 +262,8 @@ impl Default for GuestMemory {
 impl fmt::Debug for GuestMemory {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("GuestMemory")
-            .field("mapped_pages", &self.index.len())
+            .field("mapped_pages", &self.mapped_pages())
+            .field("shared", &self.shared)
             .finish_non_exhaustive()
     }
 }
@@ -232,6 +279,18 @@ fn page_span(addr: u64, len: u64) -> Result<(u64, u64), MemError> {
     Ok((addr >> PAGE_SHIFT, end >> PAGE_SHIFT))
 }
 
+/// First unmapped page number in `[first, end)`, if any.
+fn first_hole(layout: &Layout, first: u64, end: u64) -> Option<u64> {
+    let mut expect = first;
+    for &vpn in layout.index.range(first..end) {
+        if vpn != expect {
+            return Some(expect);
+        }
+        expect = vpn + 1;
+    }
+    (expect < end).then_some(expect)
+}
+
 impl GuestMemory {
     /// Largest length one [`GuestMemory::map`] call accepts (16 GiB): each
     /// mapped page costs some host bookkeeping even before it is touched.
@@ -240,13 +299,51 @@ impl GuestMemory {
     /// An empty address space.
     pub fn new() -> Self {
         GuestMemory {
-            index: BTreeMap::new(),
-            slot_of_page: hashbrown::HashMap::new(),
-            pages: Vec::new(),
-            free_slots: Vec::new(),
-            tlb_read: Box::new([EMPTY_TLB; TLB_ENTRIES]),
-            tlb_write: Box::new([EMPTY_TLB; TLB_ENTRIES]),
-            tlb_exec: Box::new([EMPTY_TLB; TLB_ENTRIES]),
+            space: Arc::default(),
+            seen: 0,
+            shared: false,
+            tlb_read: empty_tlb(),
+            tlb_write: empty_tlb(),
+            tlb_exec: empty_tlb(),
+        }
+    }
+
+    /// Another view of the same address space, for another thread: what
+    /// one view maps, writes or unmaps, every view sees.
+    pub fn share(&mut self) -> GuestMemory {
+        self.shared = true;
+        GuestMemory {
+            space: Arc::clone(&self.space),
+            seen: self.space.changes.load(Ordering::Acquire),
+            shared: true,
+            tlb_read: empty_tlb(),
+            tlb_write: empty_tlb(),
+            tlb_exec: empty_tlb(),
+        }
+    }
+
+    /// True if `other` is a view of the same address space.
+    pub fn same_space(&self, other: &GuestMemory) -> bool {
+        Arc::ptr_eq(&self.space, &other.space)
+    }
+
+    /// Catches up with the mappings other views changed since this view
+    /// last looked: one atomic load when nothing changed.
+    #[inline(always)]
+    pub fn sync(&mut self) {
+        let changes = self.space.changes.load(Ordering::Acquire);
+        if changes != self.seen {
+            self.seen = changes;
+            self.flush_tlb(0, u64::MAX);
+        }
+    }
+
+    /// A fence between the guest's memory accesses (RISC-V `fence`),
+    /// ordering them for the other threads of the address space.
+    #[inline]
+    pub fn fence(&self) {
+        if self.shared {
+            std::sync::atomic::fence(Ordering::SeqCst);
         }
     }
 
@@ -262,18 +359,37 @@ impl GuestMemory {
     /// range smaller than a table (an mmap, an munmap), else wholesale.
     fn flush_tlb(&mut self, first: u64, end: u64) {
         if end.saturating_sub(first) >= TLB_ENTRIES as u64 {
-            self.tlb_read.fill(EMPTY_TLB);
-            self.tlb_write.fill(EMPTY_TLB);
-            self.tlb_exec.fill(EMPTY_TLB);
+            for table in [&mut self.tlb_read, &mut self.tlb_write, &mut self.tlb_exec] {
+                table.fill_with(|| EMPTY_TLB);
+            }
             return;
         }
         for vpn in first..end {
             let i = (vpn as usize) % TLB_ENTRIES;
             for table in [&mut self.tlb_read, &mut self.tlb_write, &mut self.tlb_exec] {
-                if table[i].tag == vpn {
-                    table[i] = EMPTY_TLB;
+                if let Some(entry) = table.get_mut(i)
+                    && entry.tag == vpn
+                {
+                    *entry = EMPTY_TLB;
                 }
             }
+        }
+    }
+
+    /// Records a change to the layout (made under its write lock), and
+    /// drops this view's entries for `[first, end)`; other views drop
+    /// theirs at their next [`GuestMemory::sync`].
+    fn changed(&mut self, first: u64, end: u64) {
+        let before = self.space.changes.fetch_add(1, Ordering::Release);
+        // Changes are counted under the layout's write lock, one at a
+        // time: a view that had seen every change before this one is
+        // current once it drops the changed range.
+        if before == self.seen {
+            self.seen = before + 1;
+            self.flush_tlb(first, end);
+        } else {
+            self.flush_tlb(0, u64::MAX);
+            self.seen = self.space.changes.load(Ordering::Acquire);
         }
     }
 
@@ -284,53 +400,27 @@ impl GuestMemory {
         if len > Self::MAX_MAP_LEN {
             return Err(MemError::TooLarge { len });
         }
+        let space = Arc::clone(&self.space);
+        let mut layout = space.write();
         for vpn in first..end {
-            let page = Page { perms, data: None };
-            match self.slot_of_page.get(&vpn) {
-                Some(&slot) => {
-                    if let Some(p) = self.pages.get_mut(slot as usize) {
-                        *p = page;
-                    }
-                }
-                None => {
-                    let slot = match self.free_slots.pop() {
-                        Some(slot) => {
-                            if let Some(p) = self.pages.get_mut(slot as usize) {
-                                *p = page;
-                            }
-                            slot
-                        }
-                        None => {
-                            self.pages.push(page);
-                            // Slot numbers are u32: 2^32 pages = 16 TiB of
-                            // touched guest memory, far beyond host memory.
-                            u32::try_from(self.pages.len() - 1).unwrap_or(u32::MAX)
-                        }
-                    };
-                    self.index.insert(vpn, slot);
-                    self.slot_of_page.insert(vpn, slot);
-                }
-            }
+            layout.pages.insert(vpn, Page { perms, data: None });
+            layout.index.insert(vpn);
         }
-        self.flush_tlb(first, end);
+        self.changed(first, end);
         Ok(())
     }
 
     /// Unmaps `[addr, addr + len)`; pages that were not mapped are ignored.
     pub fn unmap(&mut self, addr: u64, len: u64) -> Result<(), MemError> {
         let (first, end) = page_span(addr, len)?;
-        let doomed: Vec<u64> = self.index.range(first..end).map(|(&vpn, _)| vpn).collect();
+        let space = Arc::clone(&self.space);
+        let mut layout = space.write();
+        let doomed: Vec<u64> = layout.index.range(first..end).copied().collect();
         for vpn in doomed {
-            if let Some(slot) = self.index.remove(&vpn) {
-                self.slot_of_page.remove(&vpn);
-                if let Some(p) = self.pages.get_mut(slot as usize) {
-                    p.data = None;
-                    p.perms = Perms::NONE;
-                }
-                self.free_slots.push(slot);
-            }
+            layout.index.remove(&vpn);
+            layout.pages.remove(&vpn);
         }
-        self.flush_tlb(first, end);
+        self.changed(first, end);
         Ok(())
     }
 
@@ -338,36 +428,30 @@ impl GuestMemory {
     /// changing anything if a page in the range is not mapped.
     pub fn protect(&mut self, addr: u64, len: u64, perms: Perms) -> Result<(), MemError> {
         let (first, end) = page_span(addr, len)?;
-        if let Some(vpn) = self.first_hole(first, end) {
+        let space = Arc::clone(&self.space);
+        let mut layout = space.write();
+        if let Some(vpn) = first_hole(&layout, first, end) {
             return Err(MemError::NotMapped {
                 addr: vpn << PAGE_SHIFT,
             });
         }
-        for (_, &slot) in self.index.range(first..end) {
-            if let Some(p) = self.pages.get_mut(slot as usize) {
+        let Layout { index, pages } = &mut *layout;
+        for vpn in index.range(first..end) {
+            if let Some(p) = pages.get_mut(vpn) {
                 p.perms = perms;
             }
         }
-        self.flush_tlb(first, end);
+        self.changed(first, end);
         Ok(())
-    }
-
-    /// First unmapped page number in `[first, end)`, if any.
-    fn first_hole(&self, first: u64, end: u64) -> Option<u64> {
-        let mut expect = first;
-        for (&vpn, _) in self.index.range(first..end) {
-            if vpn != expect {
-                return Some(expect);
-            }
-            expect = vpn + 1;
-        }
-        (expect < end).then_some(expect)
     }
 
     /// Permissions of the page holding `addr`, `None` if unmapped.
     pub fn perms(&self, addr: u64) -> Option<Perms> {
-        let slot = *self.slot_of_page.get(&(addr >> PAGE_SHIFT))?;
-        self.pages.get(slot as usize).map(|p| p.perms)
+        self.space
+            .read()
+            .pages
+            .get(&(addr >> PAGE_SHIFT))
+            .map(|p| p.perms)
     }
 
     /// True if every page overlapping `[addr, addr + len)` is mapped
@@ -379,8 +463,12 @@ impl GuestMemory {
         let Some(last) = addr.checked_add(len - 1) else {
             return false;
         };
-        self.first_hole(addr >> PAGE_SHIFT, (last >> PAGE_SHIFT) + 1)
-            .is_none()
+        first_hole(
+            &self.space.read(),
+            addr >> PAGE_SHIFT,
+            (last >> PAGE_SHIFT) + 1,
+        )
+        .is_none()
     }
 
     /// The lowest page-aligned address `a` in `[lo, hi)` such that
@@ -393,7 +481,7 @@ impl GuestMemory {
         let first = lo.checked_add(PAGE_MASK)? >> PAGE_SHIFT;
         let end = hi >> PAGE_SHIFT;
         let mut candidate = first;
-        for (&vpn, _) in self.index.range(first..end) {
+        for &vpn in self.space.read().index.range(first..end) {
             if vpn.checked_sub(candidate)? >= pages {
                 break;
             }
@@ -405,117 +493,99 @@ impl GuestMemory {
 
     /// Number of mapped pages.
     pub fn mapped_pages(&self) -> usize {
-        self.index.len()
+        self.space.read().index.len()
     }
 
-    /// Resolves a page for `access`; with `check` false only the mapping is
-    /// required (the loader writes read-only segments this way).
-    fn page_slot(&mut self, addr: u64, access: AccessKind, check: bool) -> Result<u32, MemFault> {
+    /// The bytes of the page holding `addr` for `access`; with `check`
+    /// false only the mapping is required (the loader writes read-only
+    /// segments this way). Allocates them on first touch.
+    fn page_of(
+        &self,
+        addr: u64,
+        access: AccessKind,
+        check: bool,
+    ) -> Result<Arc<PageBytes>, MemFault> {
         let fault = |kind| MemFault { addr, access, kind };
-        let slot = *self
-            .slot_of_page
-            .get(&(addr >> PAGE_SHIFT))
-            .ok_or(fault(MemFaultKind::Unmapped))?;
-        let page = self
+        let vpn = addr >> PAGE_SHIFT;
+        {
+            let layout = self.space.read();
+            let page = layout
+                .pages
+                .get(&vpn)
+                .ok_or(fault(MemFaultKind::Unmapped))?;
+            if check && !page.perms.contains(Perms::for_access(access)) {
+                return Err(fault(MemFaultKind::Protection));
+            }
+            if let Some(data) = &page.data {
+                return Ok(Arc::clone(data));
+            }
+        }
+        // First touch: allocate under the write lock, unless another
+        // thread did in between (or unmapped the page).
+        let mut layout = self.space.write();
+        let page = layout
             .pages
-            .get_mut(slot as usize)
+            .get_mut(&vpn)
             .ok_or(fault(MemFaultKind::Unmapped))?;
         if check && !page.perms.contains(Perms::for_access(access)) {
             return Err(fault(MemFaultKind::Protection));
         }
-        if page.data.is_none() {
-            // Through a zeroed `Vec` (calloc) rather than a 4 KiB stack temporary.
-            page.data = vec![0u8; PAGE_SIZE as usize]
-                .into_boxed_slice()
-                .try_into()
-                .ok();
-        }
-        Ok(slot)
+        Ok(Arc::clone(
+            page.data.get_or_insert_with(|| PageBytes::zeroed().into()),
+        ))
     }
 
     /// Slow path: resolve (and cache in the TLB) the page for a checked access.
-    fn fill_tlb(&mut self, addr: u64, access: AccessKind) -> Result<u32, MemFault> {
-        let slot = self.page_slot(addr, access, true)?;
+    fn fill_tlb(&mut self, addr: u64, access: AccessKind) -> Result<Arc<PageBytes>, MemFault> {
+        let page = self.page_of(addr, access, true)?;
         let vpn = addr >> PAGE_SHIFT;
-        let host = self.page_data(slot).map_or(0, |p| p.as_ptr() as usize);
         let entry = TlbEntry {
             tag: vpn,
-            host,
-            slot,
+            host: page.host_address(),
+            page: Some(Arc::clone(&page)),
         };
-        let i = (vpn as usize) % TLB_ENTRIES;
-        if host == 0 {
-            // No bytes (cannot happen: `page_slot` allocates them), so no
-            // entry compiled code could follow.
-            return Ok(slot);
+        let table = match access {
+            AccessKind::Read => &mut self.tlb_read,
+            AccessKind::Write => &mut self.tlb_write,
+            AccessKind::Execute => &mut self.tlb_exec,
+        };
+        if let Some(slot) = table.get_mut((vpn as usize) % TLB_ENTRIES) {
+            *slot = entry;
         }
-        match access {
-            AccessKind::Read => self.tlb_read[i] = entry,
-            AccessKind::Write => self.tlb_write[i] = entry,
-            AccessKind::Execute => self.tlb_exec[i] = entry,
-        }
-        Ok(slot)
+        Ok(page)
     }
 
+    /// The page for a checked access, from the TLB when it holds it.
     #[inline(always)]
-    fn lookup(&mut self, addr: u64, access: AccessKind) -> Result<u32, MemFault> {
+    fn lookup(&mut self, addr: u64, access: AccessKind) -> Result<Arc<PageBytes>, MemFault> {
         let vpn = addr >> PAGE_SHIFT;
-        let i = (vpn as usize) % TLB_ENTRIES;
-        let entry = match access {
-            AccessKind::Read => self.tlb_read[i],
-            AccessKind::Write => self.tlb_write[i],
-            AccessKind::Execute => self.tlb_exec[i],
+        let table = match access {
+            AccessKind::Read => &self.tlb_read,
+            AccessKind::Write => &self.tlb_write,
+            AccessKind::Execute => &self.tlb_exec,
         };
-        if entry.tag == vpn {
-            Ok(entry.slot)
-        } else {
-            self.fill_tlb(addr, access)
-        }
-    }
-
-    fn page_bytes(&self, slot: u32) -> &[u8] {
-        match self.page_data(slot) {
-            Some(bytes) => bytes,
-            None => &[],
-        }
-    }
-
-    #[inline(always)]
-    fn page_data(&self, slot: u32) -> Option<&PageData> {
-        self.pages
-            .get(slot as usize)
-            .and_then(|p| p.data.as_deref())
-    }
-
-    #[inline(always)]
-    fn page_data_mut(&mut self, slot: u32) -> Option<&mut PageData> {
-        self.pages
-            .get_mut(slot as usize)
-            .and_then(|p| p.data.as_deref_mut())
-    }
-
-    fn page_bytes_mut(&mut self, slot: u32) -> &mut [u8] {
-        match self
-            .pages
-            .get_mut(slot as usize)
-            .and_then(|p| p.data.as_deref_mut())
-        {
-            Some(bytes) => bytes.as_mut_slice(),
-            None => &mut [],
+        match table.get((vpn as usize) % TLB_ENTRIES) {
+            Some(TlbEntry {
+                tag,
+                page: Some(page),
+                ..
+            }) if *tag == vpn => Ok(Arc::clone(page)),
+            _ => self.fill_tlb(addr, access),
         }
     }
 
     /// Validates a multi-page access before any byte moves, so a faulting
-    /// access has no partial effect. Returns the first page's slot.
-    fn check_span(
+    /// access has no partial effect; returns each page touched.
+    fn pages_for(
         &mut self,
         addr: u64,
         len: usize,
         access: AccessKind,
         check: bool,
-    ) -> Result<(), MemFault> {
+    ) -> Result<Vec<Arc<PageBytes>>, MemFault> {
+        let mut pages = Vec::new();
         if len == 0 {
-            return Ok(());
+            return Ok(pages);
         }
         let last = addr.checked_add(len as u64 - 1).ok_or(MemFault {
             addr,
@@ -525,29 +595,26 @@ impl GuestMemory {
         let mut page = addr & !PAGE_MASK;
         loop {
             let at = page.max(addr);
-            if check {
-                self.lookup(at, access)?;
+            pages.push(if check {
+                self.lookup(at, access)?
             } else {
-                self.page_slot(at, access, false)?;
-            }
+                self.page_of(at, access, false)?
+            });
             if page >= last & !PAGE_MASK {
-                return Ok(());
+                return Ok(pages);
             }
             page += PAGE_SIZE;
         }
     }
 
     fn copy_out(&mut self, addr: u64, buf: &mut [u8], access: AccessKind) -> Result<(), MemFault> {
-        self.check_span(addr, buf.len(), access, true)?;
+        let pages = self.pages_for(addr, buf.len(), access, true)?;
         let mut done = 0;
-        while done < buf.len() {
-            let at = addr + done as u64;
-            let slot = self.lookup(at, access)?;
-            let off = (at & PAGE_MASK) as usize;
+        for page in pages {
+            let off = ((addr + done as u64) & PAGE_MASK) as usize;
             let n = (PAGE_SIZE as usize - off).min(buf.len() - done);
-            let src = self.page_bytes(slot);
-            if let (Some(dst), Some(src)) = (buf.get_mut(done..done + n), src.get(off..off + n)) {
-                dst.copy_from_slice(src);
+            if let Some(dst) = buf.get_mut(done..done + n) {
+                page.read_bytes(off, dst);
             }
             done += n;
         }
@@ -555,21 +622,13 @@ impl GuestMemory {
     }
 
     fn copy_in(&mut self, addr: u64, data: &[u8], check: bool) -> Result<(), MemFault> {
-        let access = AccessKind::Write;
-        self.check_span(addr, data.len(), access, check)?;
+        let pages = self.pages_for(addr, data.len(), AccessKind::Write, check)?;
         let mut done = 0;
-        while done < data.len() {
-            let at = addr + done as u64;
-            let slot = if check {
-                self.lookup(at, access)?
-            } else {
-                self.page_slot(at, access, false)?
-            };
-            let off = (at & PAGE_MASK) as usize;
+        for page in pages {
+            let off = ((addr + done as u64) & PAGE_MASK) as usize;
             let n = (PAGE_SIZE as usize - off).min(data.len() - done);
-            let dst = self.page_bytes_mut(slot);
-            if let (Some(dst), Some(src)) = (dst.get_mut(off..off + n), data.get(done..done + n)) {
-                dst.copy_from_slice(src);
+            if let Some(src) = data.get(done..done + n) {
+                page.write_bytes(off, src, self.shared);
             }
             done += n;
         }
@@ -603,16 +662,17 @@ impl GuestMemory {
     /// treated as 8.
     #[inline]
     pub fn load(&mut self, addr: u64, size: u8) -> Result<u64, MemFault> {
-        let off = (addr & PAGE_MASK) as usize;
-        // Fast path: a warm TLB entry and an access within the page (the
-        // fixed-size page makes that one compare); anything else, including
-        // a page-straddling access, goes the slow way.
+        // Fast path: a warm TLB entry and an access within the page;
+        // anything else, including a page-straddling access, goes the
+        // slow way.
         let vpn = addr >> PAGE_SHIFT;
-        let entry = self.tlb_read[(vpn as usize) % TLB_ENTRIES];
-        if entry.tag == vpn
-            && let Some(v) = self
-                .page_data(entry.slot)
-                .and_then(|p| read_le(p, off, size))
+        if let Some(TlbEntry {
+            tag,
+            page: Some(page),
+            ..
+        }) = self.tlb_read.get((vpn as usize) % TLB_ENTRIES)
+            && *tag == vpn
+            && let Some(v) = page.read((addr & PAGE_MASK) as usize, size)
         {
             return Ok(v);
         }
@@ -621,17 +681,15 @@ impl GuestMemory {
 
     #[inline(never)]
     fn load_slow(&mut self, addr: u64, size: u8) -> Result<u64, MemFault> {
-        let n = size_bytes(size);
         let off = (addr & PAGE_MASK) as usize;
-        if off + n <= PAGE_SIZE as usize {
+        if off + size_bytes(size) <= PAGE_SIZE as usize {
             // A TLB miss: fill the entry and read in place.
-            let slot = self.fill_tlb(addr, AccessKind::Read)?;
-            if let Some(v) = self.page_data(slot).and_then(|p| read_le(p, off, size)) {
+            if let Some(v) = self.fill_tlb(addr, AccessKind::Read)?.read(off, size) {
                 return Ok(v);
             }
         }
         let mut buf = [0u8; 8];
-        let dst = buf.get_mut(..n).unwrap_or_default();
+        let dst = buf.get_mut(..size_bytes(size)).unwrap_or_default();
         self.copy_out(addr, dst, AccessKind::Read)?;
         Ok(u64::from_le_bytes(buf))
     }
@@ -640,12 +698,14 @@ impl GuestMemory {
     /// Misaligned addresses are allowed. Another `size` is treated as 8.
     #[inline]
     pub fn store(&mut self, addr: u64, size: u8, value: u64) -> Result<(), MemFault> {
-        let off = (addr & PAGE_MASK) as usize;
         let vpn = addr >> PAGE_SHIFT;
-        let entry = self.tlb_write[(vpn as usize) % TLB_ENTRIES];
-        if entry.tag == vpn
-            && let Some(page) = self.page_data_mut(entry.slot)
-            && write_le(page, off, size, value)
+        if let Some(TlbEntry {
+            tag,
+            page: Some(page),
+            ..
+        }) = self.tlb_write.get((vpn as usize) % TLB_ENTRIES)
+            && *tag == vpn
+            && page.write((addr & PAGE_MASK) as usize, size, value, self.shared)
         {
             return Ok(());
         }
@@ -656,16 +716,40 @@ impl GuestMemory {
     fn store_slow(&mut self, addr: u64, size: u8, value: u64) -> Result<(), MemFault> {
         let off = (addr & PAGE_MASK) as usize;
         if off + size_bytes(size) <= PAGE_SIZE as usize {
-            let slot = self.fill_tlb(addr, AccessKind::Write)?;
-            if let Some(page) = self.page_data_mut(slot)
-                && write_le(page, off, size, value)
-            {
+            let page = self.fill_tlb(addr, AccessKind::Write)?;
+            if page.write(off, size, value, self.shared) {
                 return Ok(());
             }
         }
         let bytes = value.to_le_bytes();
         let src = bytes.get(..size_bytes(size)).unwrap_or_default();
         self.copy_in(addr, src, true)
+    }
+
+    /// Atomically replaces the naturally aligned `size` (4 or 8) bytes at
+    /// `addr` with `update(old)` (`old` zero-extended, the result
+    /// truncated) and returns `(old, new)`: a RISC-V AMO, or a
+    /// compare-and-swap when `update` returns `old` on a mismatch.
+    /// `update` may run more than once when another thread races. Needs
+    /// WRITE; faults as a store, and as misaligned if `addr` is not
+    /// aligned to `size`.
+    pub fn atomic_update(
+        &mut self,
+        addr: u64,
+        size: u8,
+        update: impl Fn(u64) -> u64,
+    ) -> Result<(u64, u64), MemFault> {
+        let misaligned = MemFault {
+            addr,
+            access: AccessKind::Write,
+            kind: MemFaultKind::Misaligned,
+        };
+        if !addr.is_multiple_of(size_bytes(size) as u64) {
+            return Err(misaligned);
+        }
+        let page = self.lookup(addr, AccessKind::Write)?;
+        page.update((addr & PAGE_MASK) as usize, size, update)
+            .ok_or(misaligned)
     }
 
     /// Reads a NUL-terminated string at `addr` (the NUL is not included),
@@ -675,19 +759,18 @@ impl GuestMemory {
         let mut out = Vec::new();
         let mut at = addr;
         while out.len() < max {
-            let slot = self.lookup(at, AccessKind::Read)?;
+            let page = self.lookup(at, AccessKind::Read)?;
             let off = (at & PAGE_MASK) as usize;
-            let want = (PAGE_SIZE as usize - off).min(max - out.len());
-            let chunk = self
-                .page_bytes(slot)
-                .get(off..off + want)
-                .unwrap_or_default();
-            if let Some(nul) = chunk.iter().position(|&b| b == 0) {
-                out.extend_from_slice(chunk.get(..nul).unwrap_or_default());
+            let (len, found) = page.find_nul(off, max - out.len());
+            let start = out.len();
+            out.resize(start + len, 0);
+            if let Some(dst) = out.get_mut(start..) {
+                page.read_bytes(off, dst);
+            }
+            if found {
                 return Ok(out);
             }
-            out.extend_from_slice(chunk);
-            at = match at.checked_add(want as u64) {
+            at = match at.checked_add(len as u64) {
                 Some(next) => next,
                 None => {
                     return Err(MemFault {
@@ -699,48 +782,5 @@ impl GuestMemory {
             };
         }
         Ok(out)
-    }
-}
-
-#[inline(always)]
-fn size_bytes(size: u8) -> usize {
-    match size {
-        1 => 1,
-        2 => 2,
-        4 => 4,
-        _ => 8,
-    }
-}
-
-/// Reads `size` bytes at `off` of a page; `None` if they do not fit in it.
-/// Fixed-width reads per size, so each compiles to one host load.
-#[inline(always)]
-fn read_le(page: &PageData, off: usize, size: u8) -> Option<u64> {
-    Some(match size {
-        1 => u64::from(*page.get(off)?),
-        2 => u64::from(u16::from_le_bytes(*page.get(off..)?.first_chunk()?)),
-        4 => u64::from(u32::from_le_bytes(*page.get(off..)?.first_chunk()?)),
-        _ => u64::from_le_bytes(*page.get(off..)?.first_chunk()?),
-    })
-}
-
-/// Writes the low `size` bytes of `value` at `off` of a page; false (and
-/// nothing written) if they do not fit in it.
-#[inline(always)]
-fn write_le(page: &mut PageData, off: usize, size: u8, value: u64) -> bool {
-    fn put<const N: usize>(page: &mut PageData, off: usize, bytes: [u8; N]) -> bool {
-        match page.get_mut(off..).and_then(|p| p.first_chunk_mut::<N>()) {
-            Some(dst) => {
-                *dst = bytes;
-                true
-            }
-            None => false,
-        }
-    }
-    match size {
-        1 => put(page, off, [value as u8]),
-        2 => put(page, off, (value as u16).to_le_bytes()),
-        4 => put(page, off, (value as u32).to_le_bytes()),
-        _ => put(page, off, value.to_le_bytes()),
     }
 }
