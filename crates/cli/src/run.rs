@@ -80,6 +80,11 @@ pub struct RunArgs {
     /// `TCGKIT_JIT_BACKGROUND` says the same.
     #[arg(long, value_name = "on|off", env = "TCGKIT_JIT_BACKGROUND", value_parser = parse_switch)]
     jit_background: Option<bool>,
+    /// How guest threads run: each on a host thread of its own (`host`),
+    /// or taking turns on one (`turns`, the default while `host` is new);
+    /// `TCGKIT_THREADS` says the same.
+    #[arg(long, value_name = "host|turns", env = "TCGKIT_THREADS", value_parser = parse_threads)]
+    threads: Option<bool>,
     #[command(flatten)]
     trace: crate::trace::TraceArgs,
     /// Set by tcgkit itself when a guest's `execve` starts an RV64 program
@@ -129,6 +134,9 @@ impl ExecLauncher {
                 if background { "on" } else { "off" }.into(),
             );
         }
+        if let Some(host) = args.threads {
+            option("--threads", if host { "host" } else { "turns" }.into());
+        }
         if args.strace {
             options.push("--strace".into());
         }
@@ -158,6 +166,15 @@ impl tcgkit_linux_user::Launcher for ExecLauncher {
     }
 }
 
+/// `host` (true) or `turns` (false).
+fn parse_threads(s: &str) -> Result<bool, String> {
+    match s {
+        "host" => Ok(true),
+        "turns" => Ok(false),
+        _ => Err(format!("expected host or turns, not {s:?}")),
+    }
+}
+
 /// `on`/`off` (also `1`/`0`, `true`/`false`, `yes`/`no`).
 fn parse_switch(s: &str) -> Result<bool, String> {
     match s.to_ascii_lowercase().as_str() {
@@ -172,6 +189,9 @@ fn parse_switch(s: &str) -> Result<bool, String> {
 struct EngineTrace {
     profiler: Profiler,
     generation: u64,
+    /// The engine's vCPU (each guest thread has an engine of its own on
+    /// host threads).
+    vcpu: u32,
 }
 
 impl EngineEvents for EngineTrace {
@@ -179,7 +199,7 @@ impl EngineEvents for EngineTrace {
         let generation = self.generation;
         self.profiler.raise_with(EventKind::TbTranslated, || {
             Event::TbTranslated(TbTranslated {
-                vcpu: 0,
+                vcpu: self.vcpu,
                 pc,
                 guest_bytes: bytes,
                 insns,
@@ -396,7 +416,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let options = Options::default()
         .with_strace(args.strace)
         .with_prefix(prefix)
-        .with_launcher(Some(std::sync::Arc::new(launcher)));
+        .with_launcher(Some(std::sync::Arc::new(launcher)))
+        .with_host_threads(args.threads.unwrap_or(false));
     let mut process = Process::from_image_with_options(image, &guest, &argv, &env, options)
         .map_err(|e| anyhow::anyhow!("cannot run {}: {e}", guest.display()))?;
     // Every module the guest maps (the program, ld.so, its libraries,
@@ -534,11 +555,34 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             .set_event_sink(Some(Box::new(EngineTrace {
                 profiler: profiler.clone(),
                 generation: 0,
+                vcpu: 0,
             })));
         profiler.raise_with(EventKind::VcpuStarted, || {
             Event::VcpuStarted(VcpuEvent { vcpu: 0 })
         });
     }
+    // With guest threads on host threads, each thread's engine is made
+    // like the first: the same JIT, the plugins and the trace attached.
+    let config = process.engine().jit();
+    let (factory_plugins, factory_profiler) = (plugins.clone(), profiler.clone());
+    process.set_engine_factory(std::sync::Arc::new(move |vcpu| {
+        let mut engine = tcgkit_tcg_core::Engine::new(Rv64::new());
+        engine.set_vcpu_index(vcpu);
+        if let Err(e) = engine.set_jit(config) {
+            eprintln!("tcgkit: warning: {e}; interpreting only");
+        }
+        if let Some(host) = &factory_plugins {
+            host.attach(&mut engine);
+        }
+        if let Some(profiler) = &factory_profiler {
+            engine.set_event_sink(Some(Box::new(EngineTrace {
+                profiler: profiler.clone(),
+                generation: 0,
+                vcpu,
+            })));
+        }
+        engine
+    }));
     let started = std::time::Instant::now();
     let end = process.run();
     if interrupted() {

@@ -151,6 +151,9 @@ struct Case<'a> {
     /// qemu-riscv64, which needs binfmt_misc for that, host scripts there
     /// that start it on them. The host's /usr/bin and /bin follow.
     on_path: Vec<(&'a str, PathBuf)>,
+    /// The program starts threads: it also runs with each guest thread
+    /// on a host thread of its own (`--threads host`).
+    threads: bool,
 }
 
 /// Which build of the case's program runs, and how both emulators are told.
@@ -312,17 +315,31 @@ fn differential(case: &Case) -> Outcome {
 }
 
 /// The execution modes tcgkit runs each case under: the interpreter, and
-/// the JIT compiling every block on its first run.
-const MODES: [(&str, &[&str]); 2] = [
+/// the JIT compiling every block on its first run; a case with threads
+/// runs both with its guest threads on host threads too.
+const MODES: [(&str, &[&str]); 4] = [
     ("interp", &["--jit", "off"]),
     ("jit", &["--jit", "on", "--jit-threshold", "0"]),
+    (
+        "interp-host-threads",
+        &["--jit", "off", "--threads", "host"],
+    ),
+    (
+        "jit-host-threads",
+        &["--jit", "on", "--jit-threshold", "0", "--threads", "host"],
+    ),
 ];
 
 /// One side-by-side run of `build` per execution mode: asserts tcgkit's
 /// results equal qemu's and returns qemu's.
 fn compare(case: &Case, build: &Build) -> Outcome {
     let reference = execute(case, build, &[QEMU], "qemu");
-    for (mode, flags) in MODES {
+    let modes = if case.threads {
+        &MODES[..]
+    } else {
+        &MODES[..2]
+    };
+    for &(mode, flags) in modes {
         let runner: Vec<&str> = [env!("CARGO_BIN_EXE_tcgkit"), "run"]
             .into_iter()
             .chain(flags.iter().copied())
@@ -373,6 +390,7 @@ fn lua_runs_a_string_table_and_float_workload() {
         inputs: vec![("workload.lua", fixture("workload.lua"))],
         outputs: &[],
         on_path: Vec::new(),
+        threads: false,
     };
     let reference = differential(&case);
     assert_eq!(reference.status.code(), Some(3), "{}", reference.describe());
@@ -395,6 +413,7 @@ fn lua_reads_stdin_line_by_line() {
         inputs: Vec::new(),
         outputs: &[],
         on_path: Vec::new(),
+        threads: false,
     };
     let reference = differential(&case);
     assert!(reference.status.success(), "{}", reference.describe());
@@ -415,6 +434,7 @@ fn zstd_compresses_stdin_to_stdout_at_two_levels() {
             inputs: Vec::new(),
             outputs: &[],
             on_path: Vec::new(),
+            threads: false,
         };
         let reference = differential(&case);
         assert!(reference.status.success(), "{}", reference.describe());
@@ -438,6 +458,7 @@ fn zstd_round_trips_through_files_and_stdin() {
         inputs: vec![("corpus.txt", text.clone())],
         outputs: &["corpus.txt.zst"],
         on_path: Vec::new(),
+        threads: false,
     };
     let reference = differential(&case);
     assert!(reference.status.success(), "{}", reference.describe());
@@ -455,6 +476,7 @@ fn decompresses_to(name: &'static str, zstd: PathBuf, compressed: Vec<u8>, text:
         inputs: Vec::new(),
         outputs: &[],
         on_path: Vec::new(),
+        threads: false,
     };
     let reference = differential(&case);
     assert!(
@@ -479,6 +501,7 @@ fn dash_runs_a_script_with_pipes_and_child_processes() {
         inputs: vec![("children.sh", fixture("children.sh"))],
         outputs: &["late.txt", "fd3.txt"],
         on_path: vec![("dash", dash), ("fileio", fileio)],
+        threads: false,
     };
     let reference = differential(&case);
     assert!(reference.status.success(), "{}", reference.describe());
@@ -505,6 +528,7 @@ fn zstd_compresses_with_four_threads() {
         inputs: Vec::new(),
         outputs: &[],
         on_path: Vec::new(),
+        threads: true,
     };
     let reference = differential(&case);
     assert!(reference.status.success(), "{}", reference.describe());
@@ -525,6 +549,7 @@ fn zstd_compresses_several_files_and_lists_them() {
         inputs: vec![("a.txt", text), ("b.txt", half)],
         outputs: &["a.txt.zst", "b.txt.zst", "a.txt", "b.txt"],
         on_path: Vec::new(),
+        threads: false,
     };
     let reference = differential(&case);
     assert!(reference.status.success(), "{}", reference.describe());
@@ -539,6 +564,7 @@ fn zstd_compresses_several_files_and_lists_them() {
         inputs: vec![("a.txt.zst", a.clone()), ("b.txt.zst", b.clone())],
         outputs: &[],
         on_path: Vec::new(),
+        threads: false,
     };
     let reference = differential(&case);
     assert!(reference.status.success(), "{}", reference.describe());
@@ -557,6 +583,7 @@ fn zstd_rejects_corrupt_input_the_same_way() {
         inputs: Vec::new(),
         outputs: &[],
         on_path: Vec::new(),
+        threads: false,
     };
     let reference = differential(&case);
     assert!(!reference.status.success(), "{}", reference.describe());
@@ -575,6 +602,7 @@ fn sqlite_runs_a_script_on_a_database_file() {
         inputs: Vec::new(),
         outputs: &["work.db"],
         on_path: Vec::new(),
+        threads: false,
     };
     let reference = differential(&case);
     assert!(reference.status.success(), "{}", reference.describe());
@@ -600,6 +628,7 @@ fn sqlite_runs_in_write_ahead_log_mode() {
         inputs: Vec::new(),
         outputs: &["wal.db"],
         on_path: Vec::new(),
+        threads: false,
     };
     let reference = differential(&case);
     assert!(reference.status.success(), "{}", reference.describe());
@@ -623,6 +652,7 @@ fn sqlite_reports_an_sql_error_with_the_same_status() {
         inputs: Vec::new(),
         outputs: &[],
         on_path: Vec::new(),
+        threads: false,
     };
     let reference = differential(&case);
     assert_eq!(reference.status.code(), Some(1), "{}", reference.describe());

@@ -93,11 +93,22 @@ fn execute(program: &str, pre_args: &[&str], guest: &Path, args: &[&str], stdin:
 /// stdout and status; `case` names the recorded reference (`dynamic_CASE`
 /// for the dynamic build).
 fn differential(case: &str, fixture: &str, args: &[&str], stdin: &[u8]) {
-    compare(case, &fixtures().join(fixture), &[], args, stdin);
+    differential_in(&MODES, case, fixture, args, stdin);
+}
+
+/// [`differential`] of a program that starts threads: under every mode,
+/// and again with its guest threads on host threads.
+fn differential_threaded(case: &str, fixture: &str, args: &[&str], stdin: &[u8]) {
+    differential_in(&THREADED_MODES, case, fixture, args, stdin);
+}
+
+fn differential_in(modes: &[&[&str]], case: &str, fixture: &str, args: &[&str], stdin: &[u8]) {
+    let guest = fixtures().join(fixture);
+    compare_with(modes, case, &guest, &[], args, args, stdin);
     if sysroot_available() {
         let guest = fixtures().join("dynamic").join(fixture);
         let case = format!("dynamic_{case}");
-        compare(&case, &guest, &["-L", SYSROOT], args, stdin);
+        compare_with(modes, &case, &guest, &["-L", SYSROOT], args, args, stdin);
     }
 }
 
@@ -105,14 +116,23 @@ fn differential(case: &str, fixture: &str, args: &[&str], stdin: &[u8]) {
 /// JIT compiling every block on its first run.
 const MODES: [&[&str]; 2] = [&["--jit", "off"], &["--jit", "on", "--jit-threshold", "0"]];
 
+/// [`MODES`], then both with each guest thread on a host thread.
+const THREADED_MODES: [&[&str]; 4] = [
+    MODES[0],
+    MODES[1],
+    &["--jit", "off", "--threads", "host"],
+    &["--jit", "on", "--jit-threshold", "0", "--threads", "host"],
+];
+
 /// One side-by-side run per execution mode; `options` go before the guest
 /// on both command lines.
 fn compare(case: &str, guest: &Path, options: &[&str], args: &[&str], stdin: &[u8]) {
-    compare_with(case, guest, options, args, args, stdin);
+    compare_with(&MODES, case, guest, options, args, args, stdin);
 }
 
 /// [`compare`], where qemu-riscv64 gets `reference_args` instead of `args`.
 fn compare_with(
+    modes: &[&[&str]],
     case: &str,
     guest: &Path,
     options: &[&str],
@@ -133,7 +153,7 @@ fn compare_with(
         }
         reference
     });
-    for mode in MODES {
+    for mode in modes {
         let ours_options: Vec<&str> = std::iter::once("run")
             .chain(mode.iter().copied())
             .chain(options.iter().copied())
@@ -207,8 +227,8 @@ fn malloc() {
 fn pthreads() {
     // clone, futex (mutexes, condition variables, join, barrier, once),
     // a thread spinning until another runs, sleeping and detached threads.
-    differential("threads", "threads", &[], b"");
-    differential("threads_with_argument", "threads", &["20000"], b"");
+    differential_threaded("threads", "threads", &[], b"");
+    differential_threaded("threads_with_argument", "threads", &["20000"], b"");
 }
 
 /// pthread_kill reaches the target thread (also in a condition wait, which
@@ -217,12 +237,12 @@ fn pthreads() {
 /// block it.
 #[test]
 fn signals_between_threads() {
-    differential("thread_signals", "thread_signals", &[], b"");
+    differential_threaded("thread_signals", "thread_signals", &[], b"");
 }
 
 #[test]
 fn cxx_threads() {
-    differential("cxx_threads", "cxx_threads", &[], b"");
+    differential_threaded("cxx_threads", "cxx_threads", &[], b"");
 }
 
 /// fork (and vfork, posix_spawn, system, popen), pipes, dup2, every kind
@@ -252,7 +272,7 @@ fn child_processes() {
         std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
         let ours = guest.to_string_lossy().into_owned();
         let theirs = wrapper.to_string_lossy().into_owned();
-        compare_with(case, &guest, &options, &[&ours], &[&theirs], b"");
+        compare_with(&MODES, case, &guest, &options, &[&ours], &[&theirs], b"");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -262,7 +282,8 @@ fn child_processes() {
 /// panic; exit status 3). Go links statically by itself: no dynamic twin.
 #[test]
 fn go_goroutines_and_timers() {
-    compare("go_threads", &fixtures().join("go_threads"), &[], &[], b"");
+    let guest = fixtures().join("go_threads");
+    compare_with(&THREADED_MODES, "go_threads", &guest, &[], &[], &[], b"");
 }
 
 #[test]

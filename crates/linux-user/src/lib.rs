@@ -71,7 +71,9 @@ pub mod abi;
 mod children;
 mod error;
 mod fd;
+mod futex;
 mod host;
+mod host_threads;
 mod loader;
 mod mm;
 mod modules;
@@ -86,6 +88,7 @@ mod threads;
 
 pub use children::Launcher;
 pub use error::LoadError;
+pub use host_threads::EngineFactory;
 pub use modules::{Module, ModuleObserver};
 pub use process::{GuestExit, Options, Process, ProgramLayout, SyscallObserver};
 pub use signal::Signal;

@@ -16,6 +16,7 @@ use crate::children::{self, ChildSignals, ForkRequest, Launcher};
 use crate::error::LoadError;
 use crate::fd::FdTable;
 use crate::host::{self, ExecFailure, Forked};
+use crate::host_threads::EngineFactory;
 use crate::loader::{self, Credentials, Placement};
 use crate::mm::AddressSpace;
 use crate::modules::{Module, ModuleObserver, ModuleSet};
@@ -110,6 +111,13 @@ pub struct Options {
     /// `execve` fails with `ENOEXEC`, as under qemu-user without
     /// binfmt_misc. Host programs are executed directly either way.
     pub launcher: Option<Arc<dyn Launcher>>,
+    /// Run each guest thread on a host thread of its own (`host_threads.rs`)
+    /// rather than taking turns on one. Off by default while it is new.
+    pub host_threads: bool,
+    /// Makes the engine of each guest thread after the first, given its
+    /// vCPU index (with host threads); without one a thread's engine is a
+    /// plain one with the first engine's JIT configuration.
+    pub engine_factory: Option<Arc<EngineFactory>>,
 }
 
 impl std::fmt::Debug for Options {
@@ -118,6 +126,8 @@ impl std::fmt::Debug for Options {
             .field("strace", &self.strace)
             .field("prefix", &self.prefix)
             .field("launcher", &self.launcher.is_some())
+            .field("host_threads", &self.host_threads)
+            .field("engine_factory", &self.engine_factory.is_some())
             .finish()
     }
 }
@@ -132,6 +142,18 @@ impl Options {
     /// Options with `strace` set as given.
     pub fn with_strace(mut self, strace: bool) -> Options {
         self.strace = strace;
+        self
+    }
+
+    /// Options with guest threads on host threads or not.
+    pub fn with_host_threads(mut self, host_threads: bool) -> Options {
+        self.host_threads = host_threads;
+        self
+    }
+
+    /// Options with the engine factory of guest threads set as given.
+    pub fn with_engine_factory(mut self, factory: Option<Arc<EngineFactory>>) -> Options {
+        self.engine_factory = factory;
         self
     }
 
@@ -157,15 +179,25 @@ pub struct ProgramLayout {
 
 /// A loaded guest program, ready to run.
 pub struct Process {
-    engine: Engine<Rv64>,
-    /// The running thread's registers (the others' are in `threads`).
-    cpu: Cpu,
-    mem: GuestMemory,
-    kernel: Kernel,
-    threads: Threads,
+    pub(crate) engine: Engine<Rv64>,
+    /// The running thread's registers (the others' are in `threads`, or
+    /// with their host threads).
+    pub(crate) cpu: Cpu,
+    pub(crate) mem: GuestMemory,
+    pub(crate) kernel: Kernel,
+    pub(crate) threads: Threads,
     modules: ModuleSet,
-    options: Options,
-    observer: Option<Box<dyn SyscallObserver>>,
+    pub(crate) options: Options,
+    pub(crate) observer: Option<Box<dyn SyscallObserver>>,
+    /// Counts the syscalls that changed code (a module unmapped, code
+    /// remapped): other threads' engines must drop their blocks.
+    pub(crate) code_generation: u64,
+    /// A `clone` of a thread asks to go on host threads.
+    start_host_threads: bool,
+    /// Guest threads run on host threads.
+    pub(crate) host_threads_started: bool,
+    /// Set in the child of a fork made while on host threads.
+    pub(crate) forked_child: bool,
     /// The host's SIGCHLD, watched from the first fork on.
     child_signals: Option<ChildSignals>,
     initial_sp: u64,
@@ -275,6 +307,10 @@ impl Process {
             modules: ModuleSet::default(),
             options,
             observer: None,
+            code_generation: 0,
+            start_host_threads: false,
+            host_threads_started: false,
+            forked_child: false,
             child_signals: None,
             initial_sp: sp,
             layout: ProgramLayout {
@@ -288,6 +324,12 @@ impl Process {
     /// Where the program was loaded.
     pub fn layout(&self) -> ProgramLayout {
         self.layout
+    }
+
+    /// Sets how the engine of each guest thread after the first is made
+    /// (with [`Options::host_threads`]).
+    pub fn set_engine_factory(&mut self, factory: Arc<EngineFactory>) {
+        self.options.engine_factory = Some(factory);
     }
 
     /// Sets the options. The program interpreter was found at load time:
@@ -375,12 +417,13 @@ impl Process {
     /// Loads and unloads modules as the last syscalls mapped them.
     fn update_modules(&mut self) {
         if !self.kernel.modules.changes.is_empty() {
+            self.code_generation += 1;
             let changes = std::mem::take(&mut self.kernel.modules.changes);
             self.modules.apply(changes.into_iter(), &mut self.engine);
         }
     }
 
-    fn run_until_exit(&mut self) -> GuestExit {
+    pub(crate) fn run_until_exit(&mut self) -> GuestExit {
         loop {
             let exit = match self.threads.vcpu.as_mut() {
                 Some(vcpu) => {
@@ -392,54 +435,50 @@ impl Process {
                 }
                 None => self.engine.run(&mut self.cpu, &mut self.mem),
             };
-            match exit {
-                CpuExit::Syscall => {
-                    if let Some(exit) = self.syscall() {
-                        return exit;
-                    }
-                }
-                // si_code 1: TRAP_BRKPT, ILL_ILLOPC, SEGV_MAPERR, BUS_ADRALN.
-                CpuExit::Breakpoint => {
-                    let addr = self.cpu.pc();
-                    if let Some(exit) =
-                        self.fault(Signal::TRAP, SignalCause::Fault { code: 1, addr })
-                    {
-                        return exit;
-                    }
-                }
-                CpuExit::IllegalInstruction { .. } => {
-                    let addr = self.cpu.pc();
-                    if let Some(exit) =
-                        self.fault(Signal::ILL, SignalCause::Fault { code: 1, addr })
-                    {
-                        return exit;
-                    }
-                }
-                CpuExit::Fault(fault) => {
-                    let (sig, code) = match fault.kind {
-                        MemFaultKind::Misaligned => (Signal::BUS, 1),
-                        MemFaultKind::Protection => (Signal::SEGV, 2),
-                        MemFaultKind::Unmapped => (Signal::SEGV, 1),
-                    };
-                    let cause = SignalCause::Fault {
-                        code,
-                        addr: fault.addr,
-                    };
-                    if let Some(exit) = self.fault(sig, cause) {
-                        return exit;
-                    }
-                }
-                // The engine handles these itself; resume if one comes back.
-                CpuExit::FlushCode => self.engine.flush(),
-                // The threads' tick (or an embedder's request).
-                CpuExit::ExitRequested => {
-                    if self.threads.several()
-                        && let Some(exit) = self.switch_thread(false)
-                    {
-                        return exit;
-                    }
-                }
+            if let Some(exit) = self.handle_exit(exit) {
+                return exit;
             }
+            if std::mem::take(&mut self.start_host_threads) {
+                self.host_threads_started = true;
+                return crate::host_threads::serve(self);
+            }
+        }
+    }
+
+    /// What follows the engine's return with `exit`; `Some` when the
+    /// process is over.
+    pub(crate) fn handle_exit(&mut self, exit: CpuExit) -> Option<GuestExit> {
+        match exit {
+            CpuExit::Syscall => self.syscall(),
+            // si_code 1: TRAP_BRKPT, ILL_ILLOPC, SEGV_MAPERR, BUS_ADRALN.
+            CpuExit::Breakpoint => {
+                let addr = self.cpu.pc();
+                self.fault(Signal::TRAP, SignalCause::Fault { code: 1, addr })
+            }
+            CpuExit::IllegalInstruction { .. } => {
+                let addr = self.cpu.pc();
+                self.fault(Signal::ILL, SignalCause::Fault { code: 1, addr })
+            }
+            CpuExit::Fault(fault) => {
+                let (sig, code) = match fault.kind {
+                    MemFaultKind::Misaligned => (Signal::BUS, 1),
+                    MemFaultKind::Protection => (Signal::SEGV, 2),
+                    MemFaultKind::Unmapped => (Signal::SEGV, 1),
+                };
+                let cause = SignalCause::Fault {
+                    code,
+                    addr: fault.addr,
+                };
+                self.fault(sig, cause)
+            }
+            // The engine handles these itself; resume if one comes back.
+            CpuExit::FlushCode => {
+                self.engine.flush();
+                None
+            }
+            // The threads' tick (or an embedder's request).
+            CpuExit::ExitRequested if self.threads.several() => self.switch_thread(false),
+            CpuExit::ExitRequested => None,
         }
     }
 
@@ -469,7 +508,7 @@ impl Process {
     }
 
     /// Delivers the first pending, unblocked signal, if any.
-    fn deliver_pending(&mut self) -> Option<GuestExit> {
+    pub(crate) fn deliver_pending(&mut self) -> Option<GuestExit> {
         while let Some((sig, by_thread)) = self.kernel.take_deliverable() {
             match self.deliver(sig, by_thread) {
                 Delivery::Ignored => {}
@@ -575,16 +614,18 @@ impl Process {
             }
             return self.deliver_pending();
         }
-        if let Some(observer) = self.observer.as_mut() {
-            observer.on_syscall(number, &args);
+        if self.options.host_threads
+            && !self.host_threads_started
+            && number == crate::abi::nr::CLONE
+            && args[0] & crate::abi::clone::CLONE_THREAD != 0
+        {
+            // The first thread: from here on on host threads, where the
+            // `ecall` runs again (`host_threads::serve`).
+            self.start_host_threads = true;
+            return None;
         }
+        self.begin_syscall(number, &args);
         let pid = std::process::id();
-        if self.options.strace {
-            let line = strace::format_call(pid, number, &args, &mut self.mem);
-            let mut err = std::io::stderr().lock();
-            let _ = err.write_all(line.as_bytes());
-            let _ = err.flush();
-        }
         if self.child_signals.as_ref().is_some_and(ChildSignals::take) {
             self.kernel.raise(Signal::CHLD, false);
         }
@@ -622,12 +663,18 @@ impl Process {
             None => self.kernel.syscall(&mut self.mem, number, args),
         };
         for (tid, sig) in std::mem::take(&mut self.kernel.directed) {
-            // The target was checked to be one of ours: it is parked.
-            self.threads.signal_thread(tid, sig);
+            // The target was checked to be one of ours: it is parked, or
+            // on a host thread of its own (`host_threads.rs` sends it).
+            if !self.threads.signal_thread(tid, sig) {
+                self.kernel.directed.push((tid, sig));
+            }
         }
         // Modules first: an unloaded module's blocks are retired between
         // its unloading and unloaded.
         self.update_modules();
+        if !self.kernel.code_changes.is_empty() {
+            self.code_generation += 1;
+        }
         for (start, len) in self.kernel.code_changes.drain(..) {
             self.engine.invalidate_range(start, len);
         }
@@ -653,8 +700,21 @@ impl Process {
         }
     }
 
+    /// Syscall `number` starts: the observer hears it, strace prints it.
+    pub(crate) fn begin_syscall(&mut self, number: u64, args: &[u64; 6]) {
+        if let Some(observer) = self.observer.as_mut() {
+            observer.on_syscall(number, args);
+        }
+        if self.options.strace {
+            let line = strace::format_call(std::process::id(), number, args, &mut self.mem);
+            let mut err = std::io::stderr().lock();
+            let _ = err.write_all(line.as_bytes());
+            let _ = err.flush();
+        }
+    }
+
     /// A syscall returns `value` to the running thread.
-    fn finish_syscall(&mut self, number: u64, args: &[u64; 6], value: u64) {
+    pub(crate) fn finish_syscall(&mut self, number: u64, args: &[u64; 6], value: u64) {
         if self.options.strace {
             let line = strace::format_return(number, args, value as i64, &mut self.mem);
             let _ = std::io::stderr().lock().write_all(line.as_bytes());
@@ -768,6 +828,10 @@ impl Process {
             }
             Ok(Forked::Child) => {
                 let pid = u64::from(std::process::id());
+                // Only the forking thread goes on in the child: off host
+                // threads, until it starts one of its own.
+                self.forked_child = self.host_threads_started;
+                self.host_threads_started = false;
                 self.kernel.other_tids.clear();
                 self.kernel.current_tid = pid as u32;
                 if let Some(addr) = request.child_tid {

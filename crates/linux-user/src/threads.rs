@@ -17,29 +17,18 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use tcgkit_riscv::Cpu;
 use tcgkit_tcg_core::{Engine, ExitHandle, GuestMemory, Vcpu};
 
 use crate::abi::errno;
+use crate::futex::{BITSET_ALL, Request};
 
 use crate::abi::clone::{
     CLONE_CHILD_CLEARTID, CLONE_CHILD_SETTID, CLONE_PARENT_SETTID, CLONE_SETTLS, CLONE_SIGHAND,
     CLONE_THREAD, CLONE_VM,
 };
-
-/// `futex` operations and flags (`<linux/futex.h>`).
-const FUTEX_WAIT: u64 = 0;
-const FUTEX_WAKE: u64 = 1;
-const FUTEX_REQUEUE: u64 = 3;
-const FUTEX_CMP_REQUEUE: u64 = 4;
-const FUTEX_WAKE_OP: u64 = 5;
-const FUTEX_WAIT_BITSET: u64 = 9;
-const FUTEX_WAKE_BITSET: u64 = 10;
-const FUTEX_CLOCK_REALTIME: u64 = 256;
-const FUTEX_CMD_MASK: u64 = 0x7f;
-const BITSET_ALL: u32 = u32::MAX;
 
 /// How often the running thread is asked to give way.
 const TICK: Duration = Duration::from_millis(10);
@@ -186,6 +175,20 @@ impl Threads {
         Some((p.vcpu.as_ref().map_or(0, Vcpu::index), &p.cpu))
     }
 
+    /// A fresh thread id.
+    pub(crate) fn allocate_tid(&mut self) -> u32 {
+        let tid = self.next_tid;
+        self.next_tid = self.next_tid.wrapping_add(1);
+        tid
+    }
+
+    /// Swaps the running thread's id and clear-tid word with those given
+    /// (a thread on a host thread of its own comes or goes).
+    pub(crate) fn swap_identity(&mut self, tid: &mut u32, clear_child_tid: &mut u64) {
+        std::mem::swap(&mut self.tid, tid);
+        std::mem::swap(&mut self.clear_child_tid, clear_child_tid);
+    }
+
     /// `set_tid_address`.
     pub(crate) fn set_tid_address(&mut self, addr: u64) -> u64 {
         self.clear_child_tid = addr;
@@ -315,35 +318,21 @@ impl Threads {
     /// `futex` between threads (see the module docs); `cpu` is the
     /// caller's.
     pub(crate) fn futex(&mut self, args: [u64; 6], cpu: &mut Cpu, mem: &mut GuestMemory) -> Step {
-        let [addr, op, val, timeout, addr2, val3] = args;
-        if !addr.is_multiple_of(4) {
-            return Step::Return(neg(errno::EINVAL));
-        }
+        let request = match Request::parse(args, mem) {
+            Ok(request) => request,
+            Err(e) => return Step::Return(neg(e)),
+        };
         let word = |mem: &mut GuestMemory, a: u64| mem.load(a, 4).map(|v| v as u32);
-        match op & FUTEX_CMD_MASK {
-            cmd @ (FUTEX_WAIT | FUTEX_WAIT_BITSET) => {
-                let bitset = if cmd == FUTEX_WAIT {
-                    BITSET_ALL
-                } else {
-                    val3 as u32
-                };
-                if bitset == 0 {
-                    return Step::Return(neg(errno::EINVAL));
-                }
-                let Ok(current) = word(mem, addr) else {
-                    return Step::Return(neg(errno::EFAULT));
-                };
-                if current != val as u32 {
-                    return Step::Return(neg(errno::EAGAIN));
-                }
-                let deadline = match timeout {
-                    0 => None,
-                    t => match deadline_of(mem, t, cmd == FUTEX_WAIT, op) {
-                        Ok(d) => Some(d),
-                        Err(e) => return Step::Return(neg(e)),
-                    },
-                };
-                self.block(
+        match request {
+            Request::Wait {
+                addr,
+                val,
+                bitset,
+                deadline,
+            } => match word(mem, addr) {
+                Err(_) => Step::Return(neg(errno::EFAULT)),
+                Ok(current) if current != val => Step::Return(neg(errno::EAGAIN)),
+                Ok(_) => self.block(
                     cpu,
                     Wait {
                         addr,
@@ -351,31 +340,44 @@ impl Threads {
                         deadline,
                         on_timeout: neg(errno::ETIMEDOUT),
                     },
-                )
-            }
-            FUTEX_WAKE => Step::Return(self.wake(addr, val as u32, BITSET_ALL)),
-            FUTEX_WAKE_BITSET => match val3 as u32 {
-                0 => Step::Return(neg(errno::EINVAL)),
-                bits => Step::Return(self.wake(addr, val as u32, bits)),
+                ),
             },
-            cmd @ (FUTEX_REQUEUE | FUTEX_CMP_REQUEUE) => {
-                if cmd == FUTEX_CMP_REQUEUE {
+            Request::Wake { addr, n, bitset } => Step::Return(self.wake(addr, n, bitset)),
+            Request::Requeue {
+                addr,
+                n,
+                to,
+                moved,
+                expect,
+            } => {
+                if let Some(expect) = expect {
                     match word(mem, addr) {
-                        Ok(v) if v == val3 as u32 => {}
+                        Ok(v) if v == expect => {}
                         Ok(_) => return Step::Return(neg(errno::EAGAIN)),
                         Err(_) => return Step::Return(neg(errno::EFAULT)),
                     }
                 }
-                // The fourth argument is a count here, not a timeout.
-                let woken = self.wake(addr, val as u32, BITSET_ALL);
-                let moved = self.requeue(addr, addr2, timeout as u32);
+                let woken = self.wake(addr, n, BITSET_ALL);
+                let moved = self.requeue(addr, to, moved);
                 Step::Return(woken + moved)
             }
-            FUTEX_WAKE_OP => match self.wake_op(mem, addr, addr2, val, timeout, val3 as u32) {
-                Ok(n) => Step::Return(n),
-                Err(e) => Step::Return(neg(e)),
-            },
-            _ => Step::Return(neg(errno::ENOSYS)),
+            Request::WakeOp {
+                addr,
+                n,
+                addr2,
+                n2,
+                op,
+            } => {
+                let update = |old: u64| u64::from(op.apply(old as u32));
+                let Ok((old, _)) = mem.atomic_update(addr2, 4, update) else {
+                    return Step::Return(neg(errno::EFAULT));
+                };
+                let mut woken = self.wake(addr, n, BITSET_ALL);
+                if op.passes(old as u32) {
+                    woken += self.wake(addr2, n2, BITSET_ALL);
+                }
+                Step::Return(woken)
+            }
         }
     }
 
@@ -432,56 +434,6 @@ impl Threads {
             }
         }
         moved
-    }
-
-    /// `FUTEX_WAKE_OP`: updates `addr2`, wakes `n` on `addr`, and `n2` on
-    /// `addr2` if its old value passes the comparison.
-    fn wake_op(
-        &mut self,
-        mem: &mut GuestMemory,
-        addr: u64,
-        addr2: u64,
-        n: u64,
-        n2: u64,
-        encoded: u32,
-    ) -> Result<u64, i32> {
-        let op = (encoded >> 28) & 7;
-        let shift = (encoded >> 28) & 8 != 0;
-        let cmp = (encoded >> 24) & 15;
-        let sext12 = |v: u32| (((v & 0xfff) << 20) as i32) >> 20;
-        let mut oparg = sext12(encoded >> 12);
-        let cmparg = sext12(encoded);
-        if shift {
-            oparg = 1i32.checked_shl(oparg as u32).unwrap_or(0);
-        }
-        if !addr2.is_multiple_of(4) {
-            return Err(errno::EINVAL);
-        }
-        let old = mem.load(addr2, 4).map_err(|_| errno::EFAULT)? as u32 as i32;
-        let new = match op {
-            0 => oparg,
-            1 => old.wrapping_add(oparg),
-            2 => old | oparg,
-            3 => old & !oparg,
-            4 => old ^ oparg,
-            _ => return Err(errno::ENOSYS),
-        };
-        let pass = match cmp {
-            0 => old == cmparg,
-            1 => old != cmparg,
-            2 => old < cmparg,
-            3 => old <= cmparg,
-            4 => old > cmparg,
-            5 => old >= cmparg,
-            _ => return Err(errno::ENOSYS),
-        };
-        mem.store(addr2, 4, u64::from(new as u32))
-            .map_err(|_| errno::EFAULT)?;
-        let mut woken = self.wake(addr, n as u32, BITSET_ALL);
-        if pass {
-            woken += self.wake(addr2, n2 as u32, BITSET_ALL);
-        }
-        Ok(woken)
     }
 
     /// Makes the next runnable thread the running one, round-robin; the
@@ -569,27 +521,6 @@ impl Threads {
     }
 }
 
-/// A futex timeout as a deadline: relative for `FUTEX_WAIT`, absolute on
-/// the monotonic (or, with `FUTEX_CLOCK_REALTIME`, the real-time) clock
-/// for `FUTEX_WAIT_BITSET`.
-fn deadline_of(mem: &mut GuestMemory, addr: u64, relative: bool, op: u64) -> Result<Instant, i32> {
-    let (sec, nsec) = crate::syscall::timespec_at(mem, addr)?;
-    let wanted = Duration::new(sec as u64, nsec as u32);
-    let now = Instant::now();
-    if relative {
-        return Ok(now + wanted);
-    }
-    let since = if op & FUTEX_CLOCK_REALTIME != 0 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-    } else {
-        let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-        Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
-    };
-    Ok(now + wanted.saturating_sub(since))
-}
-
 /// `-errno` as a0 holds it.
 fn neg(e: i32) -> u64 {
     (-i64::from(e)) as u64
@@ -598,6 +529,7 @@ fn neg(e: i32) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::futex::*;
     use tcgkit_riscv::Rv64;
     use tcgkit_tcg_core::Perms;
 

@@ -617,6 +617,13 @@ impl Instrumentation for EngineLink {
     fn flushed(&self) {
         self.inner.engine_flushed(self.id);
     }
+
+    fn idle(&self, idle: bool) {
+        let inner = &self.inner;
+        inner
+            .rounds
+            .set_idle(self.id, idle, &mut |round| inner.complete_through(round));
+    }
 }
 
 impl Drop for EngineLink {

@@ -19,6 +19,13 @@
 //! what it translates carries the old registrations as well; a detached
 //! engine (dropped, or given other instrumentation) no longer counts.
 //!
+//! An *idle* engine (its vCPU thread in a syscall, a futex wait, a sleep)
+//! counts as having passed every round: it runs no block while idle, and
+//! the request a round sent it makes it retire at its first safe point
+//! once back, before any block runs. Back from idle it counts again from
+//! the rounds completed so far, like an engine just attached. Without
+//! this a reset would wait for a thread that waits for the resetting one.
+//!
 //! Lock order: a caller may hold the host's state lock while it calls
 //! [`Rounds::request`] or [`Rounds::attach`]; completions run with no lock
 //! of ours held, so they may take the state lock and request again.
@@ -46,6 +53,8 @@ struct Attached<R> {
     request: R,
     /// The last round this engine passed.
     passed: u64,
+    /// Runs no block for now: counts as passed.
+    idle: bool,
 }
 
 struct State<R> {
@@ -64,7 +73,7 @@ impl<R> State<R> {
     fn passed_by_all(&self) -> u64 {
         self.engines
             .iter()
-            .map(|e| e.passed)
+            .map(|e| if e.idle { self.requested } else { e.passed })
             .min()
             .unwrap_or(self.requested)
     }
@@ -111,6 +120,7 @@ impl<R: RetireRequest> Rounds<R> {
             id,
             request,
             passed,
+            idle: false,
         });
         id
     }
@@ -142,6 +152,28 @@ impl<R: RetireRequest> Rounds<R> {
                 .completed
                 .wait(state)
                 .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// Engine `id` stops running blocks for a while (`idle`), or runs them
+    /// again; see the module docs. Going idle may run completions the
+    /// others were waiting for.
+    pub(crate) fn set_idle(&self, id: u64, idle: bool, complete: &mut dyn FnMut(u64)) {
+        let mut state = self.lock();
+        let completed = state.completed;
+        let Some(engine) = state.engines.iter_mut().find(|e| e.id == id) else {
+            return;
+        };
+        if engine.idle == idle {
+            return;
+        }
+        engine.idle = idle;
+        if idle {
+            drop(self.complete_passed(state, complete));
+        } else {
+            // An open round's request reached it while idle: it passes at
+            // its next safe point, which comes before any block.
+            engine.passed = engine.passed.max(completed);
         }
     }
 
@@ -244,6 +276,37 @@ mod tests {
     }
 
     #[test]
+    fn an_idle_engine_counts_as_passed_until_it_runs_again() {
+        let rounds = Rounds::new();
+        let (a, b) = (Requests::default(), Requests::default());
+        let ia = rounds.attach(a);
+        let ib = rounds.attach(b.clone());
+        rounds.request(false);
+        let done = Cell::new(0);
+        // b waits in a futex: going idle completes nothing yet (a has not
+        // passed), a's pass then completes without b.
+        rounds.set_idle(ib, true, &mut |r| done.set(r));
+        assert_eq!(done.get(), 0);
+        rounds.pass(ia, &mut |r| done.set(r));
+        assert_eq!(done.get(), 1);
+        // A round opened while b is idle reaches b too, and completes when
+        // a passes; b, back, passes its request at once.
+        rounds.request(false);
+        assert_eq!(b.0.load(Ordering::Relaxed), 2);
+        rounds.pass(ia, &mut |r| done.set(r));
+        assert_eq!(done.get(), 2);
+        rounds.set_idle(ib, false, &mut |_| panic!("nothing to complete"));
+        rounds.pass(ib, &mut |_| panic!("already complete"));
+        // Back from idle, b counts again: a round waits for it (a goes
+        // idle here rather than passing, which would wait for b).
+        rounds.request(false);
+        rounds.set_idle(ia, true, &mut |r| done.set(r));
+        assert_eq!(done.get(), 2, "b has not passed round 3");
+        rounds.set_idle(ib, true, &mut |r| done.set(r));
+        assert_eq!(done.get(), 3, "b going idle completes it");
+    }
+
+    #[test]
     fn with_no_engine_a_round_completes_at_the_next_pass_or_detach() {
         let rounds: Rounds<Requests> = Rounds::new();
         rounds.request(false);
@@ -339,9 +402,21 @@ mod model {
         }
     }
 
-    fn engine(host: &Host, id: u64, pending: &AtomicU32, blocks: usize, reset_in_block: bool) {
+    fn engine(
+        host: &Host,
+        id: u64,
+        pending: &AtomicU32,
+        blocks: usize,
+        reset_in_block: bool,
+        idles: bool,
+    ) {
         let mut plan: Option<u64> = None;
         for block in 0..blocks {
+            if idles && block > 0 {
+                // Between two blocks the thread makes a syscall: idle.
+                host.rounds.set_idle(id, true, &mut |_| host.complete());
+                host.rounds.set_idle(id, false, &mut |_| host.complete());
+            }
             // The quiescent point of tcg-core's loop.
             if pending.load(Ordering::Relaxed) != 0 {
                 pending.swap(0, Ordering::Acquire);
@@ -358,7 +433,7 @@ mod model {
         host.rounds.detach(id, &mut |_| host.complete());
     }
 
-    fn check(reset_from_engine: bool) {
+    fn check(reset_from_engine: bool, idles: bool) {
         loom::model(move || {
             let host = Arc::new(Host {
                 rounds: Rounds::new(),
@@ -380,7 +455,8 @@ mod model {
                     let host = Arc::clone(&host);
                     let pending = Arc::clone(&p.0);
                     loom::thread::spawn(move || {
-                        engine(&host, id, &pending, 2, reset_from_engine && id == 0)
+                        let reset = reset_from_engine && id == 0;
+                        engine(&host, id, &pending, 2, reset, idles && id == 1)
                     })
                 })
                 .collect();
@@ -401,11 +477,19 @@ mod model {
 
     #[test]
     fn a_reset_from_another_thread() {
-        check(false);
+        check(false, false);
     }
 
     #[test]
     fn a_reset_from_inside_a_block() {
-        check(true);
+        check(true, false);
+    }
+
+    /// The other engine goes idle between its blocks (a syscall): the
+    /// reset may complete while it is idle, and it must still never run a
+    /// block with a dead registration.
+    #[test]
+    fn a_reset_from_inside_a_block_while_the_other_engine_idles() {
+        check(true, true);
     }
 }

@@ -11,6 +11,8 @@ mod file;
 mod net;
 mod system;
 
+pub(crate) use system::sleep_request;
+
 use std::collections::HashSet;
 use std::path::PathBuf;
 
@@ -244,8 +246,8 @@ impl Kernel {
             nr::CLOCK_GETTIME => system::clock_gettime(mem, a0, a1),
             nr::CLOCK_GETRES => system::clock_getres(mem, a0, a1),
             nr::GETTIMEOFDAY => system::gettimeofday(mem, a0, a1),
-            nr::NANOSLEEP => system::nanosleep(mem, a0, a1),
-            nr::CLOCK_NANOSLEEP => system::clock_nanosleep(mem, a0, a1, a2, a3),
+            nr::NANOSLEEP => system::sleep(mem, None, a0, a1),
+            nr::CLOCK_NANOSLEEP => system::sleep(mem, Some((a0, a1)), a2, a3),
             nr::SET_TID_ADDRESS => Ok(u64::from(std::process::id())),
             // Like qemu-riscv64 7.2: the robust futex list is not emulated,
             // and glibc copes with ENOSYS for it and for rseq.

@@ -1,11 +1,12 @@
 //! Time, identity, randomness, limits and futex syscalls.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tcgkit_tcg_core::GuestMemory;
 
 use super::host_errno;
 use crate::abi::errno;
+use crate::futex::Request;
 
 type SysResult = Result<u64, i32>;
 
@@ -78,44 +79,57 @@ pub(super) fn gettimeofday(mem: &mut GuestMemory, tv: u64, tz: u64) -> SysResult
     Ok(0)
 }
 
-fn sleep_for(sec: i64, nsec: i64) {
-    std::thread::sleep(Duration::new(sec as u64, nsec as u32));
+/// A `nanosleep` or `clock_nanosleep`, checked: when it ends, and
+/// whether it is relative (only those report the time left when a signal
+/// cuts them short).
+pub(crate) struct SleepRequest {
+    pub(crate) until: Instant,
+    pub(crate) relative: bool,
 }
 
-pub(super) fn nanosleep(mem: &mut GuestMemory, req: u64, rem: u64) -> SysResult {
-    let (sec, nsec) = get_timespec(mem, req)?;
-    sleep_for(sec, nsec);
-    if rem != 0 {
-        put_timespec(mem, rem, 0, 0)?;
-    }
-    Ok(0)
-}
-
-pub(super) fn clock_nanosleep(
+/// Decodes a sleep: `clock` is `clock_nanosleep`'s clock id and flags,
+/// `None` for `nanosleep`.
+pub(crate) fn sleep_request(
     mem: &mut GuestMemory,
-    id: u64,
-    flags: u64,
+    clock: Option<(u64, u64)>,
     req: u64,
-    rem: u64,
-) -> SysResult {
+) -> Result<SleepRequest, i32> {
     const TIMER_ABSTIME: u64 = 1;
-    if matches!(id, 3) {
+    if let Some((3, _)) = clock {
         return Err(errno::EINVAL);
     }
     let (sec, nsec) = get_timespec(mem, req)?;
-    if flags & TIMER_ABSTIME != 0 {
-        let (now_sec, now_nsec) = now(id)?;
-        let target = i128::from(sec) * 1_000_000_000 + i128::from(nsec);
-        let current = i128::from(now_sec) * 1_000_000_000 + i128::from(now_nsec);
-        if target > current {
-            let wait = (target - current) as u128;
-            std::thread::sleep(Duration::from_nanos(wait.min(u128::from(u64::MAX)) as u64));
+    let start = Instant::now();
+    Ok(match clock {
+        Some((id, flags)) if flags & TIMER_ABSTIME != 0 => {
+            let (now_sec, now_nsec) = now(id)?;
+            let target = i128::from(sec) * 1_000_000_000 + i128::from(nsec);
+            let current = i128::from(now_sec) * 1_000_000_000 + i128::from(now_nsec);
+            let wait = (target - current).clamp(0, i128::from(u64::MAX)) as u64;
+            SleepRequest {
+                until: start + Duration::from_nanos(wait),
+                relative: false,
+            }
         }
-    } else {
-        sleep_for(sec, nsec);
-        if rem != 0 {
-            put_timespec(mem, rem, 0, 0)?;
-        }
+        _ => SleepRequest {
+            until: start + Duration::new(sec as u64, nsec as u32),
+            relative: true,
+        },
+    })
+}
+
+/// `nanosleep` (`clock: None`) or `clock_nanosleep`, sleeping this host
+/// thread; never interrupted, so nothing remains.
+pub(super) fn sleep(
+    mem: &mut GuestMemory,
+    clock: Option<(u64, u64)>,
+    req: u64,
+    rem: u64,
+) -> SysResult {
+    let request = sleep_request(mem, clock, req)?;
+    std::thread::sleep(request.until.saturating_duration_since(Instant::now()));
+    if request.relative && rem != 0 {
+        put_timespec(mem, rem, 0, 0)?;
     }
     Ok(0)
 }
@@ -160,56 +174,39 @@ pub(super) fn getrandom(mem: &mut GuestMemory, buf: u64, len: u64, flags: u64) -
 /// after its timeout, and otherwise sleeps forever as Linux would; WAKE wakes
 /// nobody.
 pub(super) fn futex(mem: &mut GuestMemory, args: [u64; 6]) -> SysResult {
-    const WAIT: u64 = 0;
-    const WAKE: u64 = 1;
-    const REQUEUE: u64 = 3;
-    const CMP_REQUEUE: u64 = 4;
-    const WAIT_BITSET: u64 = 9;
-    const WAKE_BITSET: u64 = 10;
-    let [uaddr, op, val, timeout, _uaddr2, val3] = args;
-    if uaddr % 4 != 0 {
-        return Err(errno::EINVAL);
-    }
-    match op & 0x7f {
-        cmd @ (WAIT | WAIT_BITSET) => {
-            let current = mem.load(uaddr, 4).map_err(|_| errno::EFAULT)? as u32;
-            if cmd == WAIT_BITSET && val3 as u32 == 0 {
-                return Err(errno::EINVAL);
-            }
-            if current != val as u32 {
+    let word = |mem: &mut GuestMemory, addr: u64| {
+        mem.load(addr, 4)
+            .map(|v| v as u32)
+            .map_err(|_| errno::EFAULT)
+    };
+    match Request::parse(args, mem)? {
+        Request::Wait {
+            addr,
+            val,
+            deadline,
+            ..
+        } => {
+            if word(mem, addr)? != val {
                 return Err(errno::EAGAIN);
             }
-            if timeout == 0 {
+            let Some(deadline) = deadline else {
                 loop {
                     std::thread::sleep(Duration::from_secs(3600));
                 }
-            }
-            let (sec, nsec) = get_timespec(mem, timeout)?;
-            if cmd == WAIT {
-                sleep_for(sec, nsec);
-            } else {
-                let clock_id = if op & 256 != 0 { 0 } else { 1 };
-                let (now_sec, now_nsec) = now(clock_id)?;
-                let target = i128::from(sec) * 1_000_000_000 + i128::from(nsec);
-                let current = i128::from(now_sec) * 1_000_000_000 + i128::from(now_nsec);
-                if target > current {
-                    std::thread::sleep(Duration::from_nanos(
-                        ((target - current) as u128).min(u128::from(u64::MAX)) as u64,
-                    ));
-                }
-            }
+            };
+            std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
             Err(errno::ETIMEDOUT)
         }
-        WAKE | WAKE_BITSET => Ok(0),
-        REQUEUE => Ok(0),
-        CMP_REQUEUE => {
-            let current = mem.load(uaddr, 4).map_err(|_| errno::EFAULT)? as u32;
-            if current != val3 as u32 {
-                return Err(errno::EAGAIN);
-            }
+        Request::Wake { .. } => Ok(0),
+        Request::Requeue { addr, expect, .. } => match expect {
+            Some(expect) if word(mem, addr)? != expect => Err(errno::EAGAIN),
+            _ => Ok(0),
+        },
+        Request::WakeOp { addr2, op, .. } => {
+            mem.atomic_update(addr2, 4, |old| u64::from(op.apply(old as u32)))
+                .map_err(|_| errno::EFAULT)?;
             Ok(0)
         }
-        _ => Err(errno::ENOSYS),
     }
 }
 

@@ -431,6 +431,17 @@ impl<F: Frontend> Engine<F> {
         self.next_vcpu = self.next_vcpu.max(index.saturating_add(1));
     }
 
+    /// Tells the instrumentation the engine runs no block until the next
+    /// `set_idle(false)` (`idle`: its thread is in a syscall, a futex
+    /// wait, a sleep), or that it runs them again. Requests that reach it
+    /// meanwhile are honoured at its next quiescent point, before any
+    /// block runs.
+    pub fn set_idle(&self, idle: bool) {
+        if let Some(instrumentation) = &self.instrumentation {
+            instrumentation.idle(idle);
+        }
+    }
+
     /// Caps the number of blocks in one generation; reaching it flushes
     /// (as QEMU does when its code buffer is full). Minimum 1.
     pub fn set_max_tbs(&mut self, max: usize) {

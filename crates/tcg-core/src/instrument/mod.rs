@@ -53,6 +53,14 @@ pub trait Instrumentation: Send + Sync {
     /// point: no instruction of this vCPU is executing). Blocks translated
     /// from now on consult [`Instrumentation::translate`] afresh.
     fn flushed(&self) {}
+
+    /// The embedder says the engine runs no block for a while (`true`:
+    /// its vCPU thread is in a syscall or a wait) or runs them again
+    /// ([`crate::Engine::set_idle`]). An instrumentation that waits for
+    /// every engine to reach a safe point need not wait for an idle one.
+    fn idle(&self, idle: bool) {
+        let _ = idle;
+    }
 }
 
 /// One instruction of a block being translated.

@@ -1,0 +1,870 @@
+//! Guest threads on host threads ([`Options::host_threads`]): each guest
+//! thread runs on a host thread of its own, with its own engine (vCPU
+//! index as QEMU numbers them), register file and view of the one guest
+//! address space, side by side with the others.
+//!
+//! The process's kernel state stays single-threaded: the host thread that
+//! called [`Process::run`] becomes its *server*. A guest thread leaves its
+//! engine for anything the kernel must see (a syscall, a fault, a signal
+//! to take) and hands its state to the server, which swaps it into the
+//! [`Process`], handles it with the same code as a single-threaded
+//! process, swaps it out and hands it back. The waits that would stall
+//! every thread if the server made them, `futex` and the sleeps, the
+//! thread makes itself (on host condition variables, [`Futexes`]), telling
+//! the server only of their start and end for strace and the syscall
+//! observer. Because the fork of a host process keeps only the forking
+//! thread, forks are made by the server: in the child it keeps the
+//! forking guest thread's state and runs it as a single-threaded process.
+//!
+//! Signals: a thread-directed one marks its target's pending set and
+//! kicks it (its engine returns; a wait ends); a process-directed one
+//! kicks every thread, and the first that does not block it takes it,
+//! as Linux lets any such thread. The server answers one thread at a
+//! time, so a blocking syscall other than these (a `read` of a pipe, an
+//! `epoll_pwait`) holds the others' syscalls until it returns; their
+//! guest code goes on.
+//!
+//! [`Options::host_threads`]: crate::Options::host_threads
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+
+use tcgkit_riscv::{Cpu, Rv64};
+use tcgkit_tcg_core::{CpuExit, Engine, ExitHandle, FlushHandle, GuestMemory};
+
+use crate::abi::clone::{
+    CLONE_CHILD_CLEARTID, CLONE_CHILD_SETTID, CLONE_PARENT_SETTID, CLONE_SETTLS, CLONE_SIGHAND,
+    CLONE_THREAD, CLONE_VM,
+};
+use crate::abi::{errno, nr};
+use crate::futex::{BITSET_ALL, Request};
+use crate::process::{GuestExit, Process};
+
+/// What makes a guest thread's engine: the embedder's (plugins attached,
+/// the JIT as configured) or a plain one.
+pub type EngineFactory = dyn Fn(u32) -> Engine<Rv64> + Send + Sync;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every critical section here leaves its data consistent.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A guest thread's own state: what the server swaps into the
+/// [`Process`] while it acts for the thread.
+pub(crate) struct Running {
+    pub(crate) tid: u32,
+    pub(crate) vcpu: u32,
+    pub(crate) cpu: Cpu,
+    pub(crate) mem: GuestMemory,
+    pub(crate) engine: Engine<Rv64>,
+    pub(crate) sigmask: u64,
+    pub(crate) thread_pending: u64,
+    pub(crate) altstack: [u64; 3],
+    pub(crate) clear_child_tid: u64,
+}
+
+/// How a thread's wait ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Woke {
+    Woken,
+    TimedOut,
+    Kicked,
+}
+
+/// One thread's place to sleep: in a futex queue, a `nanosleep`, or for
+/// the server's answer.
+#[derive(Default)]
+struct Waiter {
+    state: Mutex<WaitState>,
+    cv: Condvar,
+}
+
+#[derive(Default)]
+struct WaitState {
+    woken: bool,
+    kicked: bool,
+}
+
+impl Waiter {
+    /// Before a wait: no wake is pending.
+    fn arm(&self) {
+        let mut s = lock(&self.state);
+        s.woken = false;
+        s.kicked = false;
+    }
+
+    fn wake(&self) {
+        lock(&self.state).woken = true;
+        self.cv.notify_one();
+    }
+
+    /// Something for the thread to look at (a signal, the process ending).
+    fn kick(&self) {
+        lock(&self.state).kicked = true;
+        self.cv.notify_one();
+    }
+
+    fn sleep(&self, deadline: Option<Instant>) -> Woke {
+        let mut s = lock(&self.state);
+        loop {
+            if s.woken {
+                s.woken = false;
+                return Woke::Woken;
+            }
+            if s.kicked {
+                s.kicked = false;
+                return Woke::Kicked;
+            }
+            match deadline {
+                None => s = self.cv.wait(s).unwrap_or_else(PoisonError::into_inner),
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        return Woke::TimedOut;
+                    }
+                    s = self
+                        .cv
+                        .wait_timeout(s, d - now)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0;
+                }
+            }
+        }
+    }
+}
+
+struct Queued {
+    waiter: Arc<Waiter>,
+    bitset: u32,
+}
+
+/// The futex wait queues of one process, by guest address. A waiter
+/// checks the word and queues itself under the table's lock, and a waker
+/// changes the word before it takes the lock, so no wake is lost.
+#[derive(Default)]
+struct Futexes {
+    queues: Mutex<HashMap<u64, VecDeque<Queued>>>,
+}
+
+impl Futexes {
+    fn wake_locked(
+        queues: &mut HashMap<u64, VecDeque<Queued>>,
+        addr: u64,
+        n: u32,
+        bits: u32,
+    ) -> u64 {
+        let Some(queue) = queues.get_mut(&addr) else {
+            return 0;
+        };
+        let mut woken = 0u64;
+        let mut i = 0;
+        while i < queue.len() && woken < u64::from(n) {
+            if queue.get(i).is_some_and(|q| q.bitset & bits != 0) {
+                if let Some(q) = queue.remove(i) {
+                    q.waiter.wake();
+                    woken += 1;
+                }
+            } else {
+                i += 1;
+            }
+        }
+        if queue.is_empty() {
+            queues.remove(&addr);
+        }
+        woken
+    }
+
+    /// Takes `me` out of whatever queue holds it; false if none did (a
+    /// wake got there first).
+    fn cancel(&self, me: &Arc<Waiter>) -> bool {
+        let mut queues = lock(&self.queues);
+        let mut found = None;
+        for (addr, queue) in queues.iter_mut() {
+            if let Some(i) = queue.iter().position(|q| Arc::ptr_eq(&q.waiter, me)) {
+                queue.remove(i);
+                found = Some(*addr);
+                break;
+            }
+        }
+        if let Some(addr) = found
+            && queues.get(&addr).is_some_and(VecDeque::is_empty)
+        {
+            queues.remove(&addr);
+        }
+        found.is_some()
+    }
+
+    /// Everything but the wait itself: queues `me` for a `Wait`, or
+    /// answers the others. `Ok(None)`: `me` is queued.
+    fn start(
+        &self,
+        request: Request,
+        me: &Arc<Waiter>,
+        mem: &mut GuestMemory,
+    ) -> Result<Option<u64>, i32> {
+        let word = |mem: &mut GuestMemory, a: u64| {
+            mem.load(a, 4).map(|v| v as u32).map_err(|_| errno::EFAULT)
+        };
+        let mut queues = lock(&self.queues);
+        match request {
+            Request::Wait {
+                addr, val, bitset, ..
+            } => {
+                if word(mem, addr)? != val {
+                    return Err(errno::EAGAIN);
+                }
+                me.arm();
+                queues.entry(addr).or_default().push_back(Queued {
+                    waiter: Arc::clone(me),
+                    bitset,
+                });
+                Ok(None)
+            }
+            Request::Wake { addr, n, bitset } => {
+                Ok(Some(Self::wake_locked(&mut queues, addr, n, bitset)))
+            }
+            Request::Requeue {
+                addr,
+                n,
+                to,
+                moved,
+                expect,
+            } => {
+                if let Some(expect) = expect
+                    && word(mem, addr)? != expect
+                {
+                    return Err(errno::EAGAIN);
+                }
+                let woken = Self::wake_locked(&mut queues, addr, n, BITSET_ALL);
+                let mut shifted = Vec::new();
+                if let Some(queue) = queues.get_mut(&addr) {
+                    let take = (moved as usize).min(queue.len());
+                    shifted.extend(queue.drain(..take));
+                    if queue.is_empty() {
+                        queues.remove(&addr);
+                    }
+                }
+                let count = shifted.len() as u64;
+                if !shifted.is_empty() {
+                    queues.entry(to).or_default().extend(shifted);
+                }
+                Ok(Some(woken + count))
+            }
+            Request::WakeOp {
+                addr,
+                n,
+                addr2,
+                n2,
+                op,
+            } => {
+                let (old, _) = mem
+                    .atomic_update(addr2, 4, |old| u64::from(op.apply(old as u32)))
+                    .map_err(|_| errno::EFAULT)?;
+                let mut woken = Self::wake_locked(&mut queues, addr, n, BITSET_ALL);
+                if op.passes(old as u32) {
+                    woken += Self::wake_locked(&mut queues, addr2, n2, BITSET_ALL);
+                }
+                Ok(Some(woken))
+            }
+        }
+    }
+}
+
+/// What the server knows of a live thread, to reach it.
+struct Peer {
+    tid: u32,
+    exit: ExitHandle,
+    flush: FlushHandle,
+    waiter: Arc<Waiter>,
+    /// Signals sent to this thread alone, not yet taken (bit `n - 1`).
+    directed: Arc<AtomicU64>,
+}
+
+impl Peer {
+    fn kick(&self) {
+        self.exit.request_exit();
+        self.waiter.kick();
+    }
+}
+
+/// What the guest threads share with the server.
+struct Shared {
+    futexes: Futexes,
+    ending: AtomicBool,
+}
+
+/// What a thread asks of the server.
+enum Call {
+    /// Handle this exit of the engine as a single-threaded process would.
+    Exit(CpuExit),
+    /// A `clone` of a thread.
+    Clone,
+    /// A syscall the thread makes itself starts (strace, the observer).
+    Begin,
+    /// It returned this value: finish it and take pending signals.
+    End(u64),
+    /// A wait was kicked: would a signal interrupt it?
+    Check,
+    /// `exit` of this thread with this status.
+    ThreadExit(u64),
+}
+
+struct Message {
+    call: Call,
+    running: Box<Running>,
+    reply: SyncSender<Reply>,
+}
+
+enum Verdict {
+    /// Go on.
+    Go,
+    /// The process is over: stop.
+    Stop,
+    /// For `Check`: a signal would interrupt the wait.
+    Interrupt(bool),
+}
+
+struct Reply {
+    running: Box<Running>,
+    verdict: Verdict,
+}
+
+/// A guest thread's end of the conversation with the server.
+struct Thread {
+    running: Option<Box<Running>>,
+    shared: Arc<Shared>,
+    waiter: Arc<Waiter>,
+    to_server: Sender<(Message, bool)>,
+    reply_tx: SyncSender<Reply>,
+    reply_rx: Receiver<Reply>,
+}
+
+impl Thread {
+    /// Asks the server; `None` when the process is over (the state is
+    /// then back with the thread for its last message).
+    fn ask(&mut self, call: Call) -> Option<Verdict> {
+        let running = self.running.take()?;
+        let message = Message {
+            call,
+            running,
+            reply: self.reply_tx.clone(),
+        };
+        if self.to_server.send((message, false)).is_err() {
+            return None;
+        }
+        let reply = self.reply_rx.recv().ok()?;
+        self.running = Some(reply.running);
+        match reply.verdict {
+            Verdict::Stop => None,
+            v => Some(v),
+        }
+    }
+
+    fn running(&mut self) -> Option<&mut Running> {
+        self.running.as_deref_mut()
+    }
+
+    /// The thread's life: run guest code, ask the server, until the
+    /// thread exits or the process ends; then hand its state back.
+    fn run(mut self) {
+        while !self.shared.ending.load(Ordering::Acquire) {
+            let Some(r) = self.running() else { break };
+            // Out of `run` the engine runs no block: a plugin reset need
+            // not wait for it (it may be waiting for the resetting thread).
+            r.engine.set_idle(false);
+            let exit = r.engine.run(&mut r.cpu, &mut r.mem);
+            r.engine.set_idle(true);
+            let go = match exit {
+                CpuExit::Syscall => self.syscall(),
+                exit => self.ask(Call::Exit(exit)).is_some(),
+            };
+            if !go {
+                break;
+            }
+        }
+        if let Some(running) = self.running.take() {
+            let (reply, _) = sync_channel(1);
+            let message = Message {
+                call: Call::Exit(CpuExit::ExitRequested),
+                running,
+                reply,
+            };
+            // The last message: "gone".
+            let _ = self.to_server.send((message, true));
+        }
+    }
+
+    /// A syscall: the ones that wait are made here, the rest by the server.
+    fn syscall(&mut self) -> bool {
+        let Some(r) = self.running() else {
+            return false;
+        };
+        let number = r.cpu.x(17);
+        let args = [10, 11, 12, 13, 14, 15].map(|i| r.cpu.x(i));
+        match number {
+            nr::CLONE if args[0] & CLONE_THREAD != 0 => self.ask(Call::Clone).is_some(),
+            nr::FUTEX => self.futex(args),
+            nr::NANOSLEEP => self.sleep(None, args[0], args[1]),
+            nr::CLOCK_NANOSLEEP => self.sleep(Some((args[0], args[1])), args[2], args[3]),
+            nr::EXIT => self.exit_thread(args[0]),
+            _ => self.ask(Call::Exit(CpuExit::Syscall)).is_some(),
+        }
+    }
+
+    /// Waits until woken, `deadline` or a signal the thread takes;
+    /// `Err(true)` when the process ends meanwhile.
+    fn wait(&mut self, deadline: Option<Instant>) -> Result<Woke, bool> {
+        loop {
+            match self.waiter.sleep(deadline) {
+                Woke::Kicked => {
+                    if self.shared.ending.load(Ordering::Acquire) {
+                        return Err(true);
+                    }
+                    match self.ask(Call::Check) {
+                        Some(Verdict::Interrupt(true)) => return Ok(Woke::Kicked),
+                        Some(_) => {}
+                        None => return Err(true),
+                    }
+                }
+                woke => return Ok(woke),
+            }
+        }
+    }
+
+    fn futex(&mut self, args: [u64; 6]) -> bool {
+        if self.ask(Call::Begin).is_none() {
+            return false;
+        }
+        let Some(r) = self.running.as_deref_mut() else {
+            return false;
+        };
+        let outcome = Request::parse(args, &mut r.mem).and_then(|request| {
+            let started = self
+                .shared
+                .futexes
+                .start(request, &self.waiter, &mut r.mem)?;
+            Ok((request, started))
+        });
+        let value = match outcome {
+            Err(e) => neg(e),
+            Ok((_, Some(n))) => n,
+            Ok((Request::Wait { deadline, .. }, None)) => match self.wait(deadline) {
+                Err(_) => {
+                    self.shared.futexes.cancel(&self.waiter);
+                    return false;
+                }
+                Ok(Woke::Woken) => 0,
+                // Out of the queue first: a wake that got there first wins.
+                Ok(Woke::TimedOut) if self.shared.futexes.cancel(&self.waiter) => {
+                    neg(errno::ETIMEDOUT)
+                }
+                Ok(Woke::Kicked) if self.shared.futexes.cancel(&self.waiter) => neg(errno::EINTR),
+                Ok(_) => 0,
+            },
+            Ok((_, None)) => 0,
+        };
+        self.ask(Call::End(value)).is_some()
+    }
+
+    /// `nanosleep` (`clock: None`) or `clock_nanosleep`: a sleep a signal
+    /// the thread takes cuts short (a relative one then reports what was
+    /// left).
+    fn sleep(&mut self, clock: Option<(u64, u64)>, req: u64, rem: u64) -> bool {
+        if self.ask(Call::Begin).is_none() {
+            return false;
+        }
+        let Some(r) = self.running.as_deref_mut() else {
+            return false;
+        };
+        let value = match crate::syscall::sleep_request(&mut r.mem, clock, req) {
+            Err(e) => neg(e),
+            Ok(request) => {
+                self.waiter.arm();
+                match self.wait(Some(request.until)) {
+                    Err(_) => return false,
+                    Ok(Woke::Kicked) => {
+                        let left = request.until.saturating_duration_since(Instant::now());
+                        if request.relative
+                            && rem != 0
+                            && let Some(r) = self.running.as_deref_mut()
+                        {
+                            let _ = r.mem.store(rem, 8, left.as_secs());
+                            let _ = r.mem.store(rem + 8, 8, u64::from(left.subsec_nanos()));
+                        }
+                        neg(errno::EINTR)
+                    }
+                    Ok(_) => {
+                        if request.relative
+                            && rem != 0
+                            && let Some(r) = self.running.as_deref_mut()
+                        {
+                            let _ = r.mem.store(rem, 8, 0);
+                            let _ = r.mem.store(rem + 8, 8, 0);
+                        }
+                        0
+                    }
+                }
+            }
+        };
+        self.ask(Call::End(value)).is_some()
+    }
+
+    /// `exit` of one thread: its clear-tid word is zeroed and woken (how
+    /// `pthread_join` learns of it), then the server forgets it.
+    fn exit_thread(&mut self, status: u64) -> bool {
+        if let Some(r) = self.running.as_deref_mut() {
+            let addr = std::mem::take(&mut r.clear_child_tid);
+            if addr != 0 && r.mem.store(addr, 4, 0).is_ok() {
+                let wake = Request::Wake {
+                    addr,
+                    n: 1,
+                    bitset: BITSET_ALL,
+                };
+                let _ = self.shared.futexes.start(wake, &self.waiter, &mut r.mem);
+            }
+        }
+        let _ = self.ask(Call::ThreadExit(status));
+        false
+    }
+}
+
+/// `-errno` as a0 holds it.
+fn neg(e: i32) -> u64 {
+    (-i64::from(e)) as u64
+}
+
+/// The server's side: the live threads and how to reach them.
+struct Server<'p> {
+    process: &'p mut Process,
+    shared: Arc<Shared>,
+    peers: Vec<Peer>,
+    to_server: Sender<(Message, bool)>,
+    inbox: Receiver<(Message, bool)>,
+    next_vcpu: u32,
+    /// Threads started and not gone yet.
+    live: usize,
+    /// The main thread's state, once it is gone.
+    main: Option<Box<Running>>,
+    main_tid: u32,
+    exit: Option<GuestExit>,
+    /// The last `exit` status, for a process whose threads all exit.
+    last_status: u8,
+}
+
+impl Process {
+    /// Moves thread `r`'s state into the process (or back out: the swap
+    /// is its own inverse).
+    fn swap_running(&mut self, r: &mut Running) {
+        std::mem::swap(&mut self.cpu, &mut r.cpu);
+        std::mem::swap(&mut self.mem, &mut r.mem);
+        std::mem::swap(&mut self.engine, &mut r.engine);
+        std::mem::swap(&mut self.kernel.sigmask, &mut r.sigmask);
+        std::mem::swap(&mut self.kernel.thread_pending, &mut r.thread_pending);
+        std::mem::swap(&mut self.kernel.altstack, &mut r.altstack);
+        self.threads
+            .swap_identity(&mut r.tid, &mut r.clear_child_tid);
+        self.kernel.current_tid = self.threads.tid;
+    }
+}
+
+/// Runs the process on host threads from here on: the running thread
+/// (which is in a `clone` of a thread, its pc at the `ecall`) moves to a
+/// host thread of its own and the caller serves them all.
+pub(crate) fn serve(process: &mut Process) -> GuestExit {
+    let (to_server, inbox) = channel();
+    let main_tid = process.threads.tid;
+    // Placeholders that the swap leaves in the process while it serves.
+    let mut main = Box::new(Running {
+        tid: main_tid,
+        vcpu: 0,
+        cpu: Cpu::new(),
+        mem: process.mem.share(),
+        engine: Engine::new(Rv64::new()),
+        sigmask: 0,
+        thread_pending: 0,
+        altstack: [0, 2, 0],
+        clear_child_tid: 0,
+    });
+    process.swap_running(&mut main);
+    let mut server = Server {
+        process,
+        shared: Arc::new(Shared {
+            futexes: Futexes::default(),
+            ending: AtomicBool::new(false),
+        }),
+        peers: Vec::new(),
+        to_server,
+        inbox,
+        next_vcpu: 1,
+        live: 0,
+        main: None,
+        main_tid,
+        exit: None,
+        last_status: 0,
+    };
+    server.start(main);
+    server.run()
+}
+
+impl Server<'_> {
+    /// Starts a host thread for `running`.
+    fn start(&mut self, running: Box<Running>) {
+        let waiter = Arc::new(Waiter::default());
+        let directed = Arc::new(AtomicU64::new(0));
+        self.peers.push(Peer {
+            tid: running.tid,
+            exit: running.engine.exit_handle(),
+            flush: running.engine.flush_handle(),
+            waiter: Arc::clone(&waiter),
+            directed,
+        });
+        let (reply_tx, reply_rx) = sync_channel(1);
+        let thread = Thread {
+            running: Some(running),
+            shared: Arc::clone(&self.shared),
+            waiter,
+            to_server: self.to_server.clone(),
+            reply_tx,
+            reply_rx,
+        };
+        self.live += 1;
+        let spawned = std::thread::Builder::new()
+            .name("tcgkit-vcpu".to_owned())
+            .spawn(move || thread.run());
+        if spawned.is_err() {
+            // Out of host threads: the guest thread never runs, as if it
+            // had been killed at once.
+            self.live -= 1;
+            self.peers.pop();
+        }
+    }
+
+    fn run(mut self) -> GuestExit {
+        while self.live > 0 {
+            let Ok((message, gone)) = self.inbox.recv() else {
+                break;
+            };
+            if gone {
+                self.gone(message.running);
+                continue;
+            }
+            let Message {
+                call,
+                mut running,
+                reply,
+            } = message;
+            if self.shared.ending.load(Ordering::Acquire) {
+                let _ = reply.send(Reply {
+                    running,
+                    verdict: Verdict::Stop,
+                });
+                continue;
+            }
+            self.take_directed(&mut running);
+            self.process.swap_running(&mut running);
+            let vcpu = running.vcpu;
+            if let Some(observer) = self.process.observer.as_mut() {
+                observer.on_vcpu_running(vcpu);
+            }
+            let code_before = self.process.code_generation;
+            let pending_before = self.process.kernel.process_pending();
+            let (verdict, forked_child) = self.handle(call, &mut running);
+            if forked_child {
+                // The fork's child: only this thread exists in it, and
+                // its state is in the process. Run it alone.
+                return self.process.run_until_exit();
+            }
+            self.route_directed();
+            if self.process.code_generation != code_before {
+                let me = self.process.threads.tid;
+                for peer in self.peers.iter().filter(|p| p.tid != me) {
+                    peer.flush.request_flush();
+                }
+            }
+            let pending = self.process.kernel.process_pending();
+            if pending != 0 && pending != pending_before {
+                let me = self.process.threads.tid;
+                for peer in self.peers.iter().filter(|p| p.tid != me) {
+                    peer.kick();
+                }
+            }
+            self.process.swap_running(&mut running);
+            let verdict = match verdict {
+                Verdict::Stop => {
+                    if self.exit.is_some() {
+                        self.end();
+                    }
+                    Verdict::Stop
+                }
+                v => v,
+            };
+            let _ = reply.send(Reply { running, verdict });
+        }
+        // Back to the main thread's state, for what follows the run.
+        if let Some(mut main) = self.main.take() {
+            self.process.swap_running(&mut main);
+        }
+        self.exit
+            .take()
+            .unwrap_or(GuestExit::Exited(self.last_status))
+    }
+
+    /// Signals sent to the thread while it was away join its own.
+    fn take_directed(&mut self, running: &mut Running) {
+        if let Some(peer) = self.peers.iter().find(|p| p.tid == running.tid) {
+            running.thread_pending |= peer.directed.swap(0, Ordering::AcqRel);
+        }
+    }
+
+    /// `tgkill`s of other threads, from the syscall just handled.
+    fn route_directed(&mut self) {
+        for (tid, sig) in std::mem::take(&mut self.process.kernel.directed) {
+            if let Some(peer) = self.peers.iter().find(|p| p.tid == tid) {
+                peer.directed
+                    .fetch_or(1u64 << (sig.number() - 1), Ordering::AcqRel);
+                peer.kick();
+            }
+        }
+    }
+
+    /// The process is over: every thread stops.
+    fn end(&mut self) {
+        self.shared.ending.store(true, Ordering::Release);
+        for peer in &self.peers {
+            peer.kick();
+        }
+    }
+
+    fn gone(&mut self, running: Box<Running>) {
+        self.live = self.live.saturating_sub(1);
+        self.peers.retain(|p| p.tid != running.tid);
+        if running.tid == self.main_tid {
+            self.main = Some(running);
+        }
+    }
+
+    /// Acts for the thread whose state is in the process; true as the
+    /// second value in a fork's child.
+    fn handle(&mut self, call: Call, running: &mut Running) -> (Verdict, bool) {
+        let p = &mut *self.process;
+        let args = [10, 11, 12, 13, 14, 15].map(|r| p.cpu.x(r));
+        let number = p.cpu.x(17);
+        let ended = match call {
+            Call::Exit(CpuExit::ExitRequested) => p.deliver_pending(),
+            Call::Exit(exit) => {
+                let exit = p.handle_exit(exit);
+                if p.forked_child {
+                    p.forked_child = false;
+                    return (Verdict::Go, true);
+                }
+                exit
+            }
+            Call::Begin => {
+                p.begin_syscall(number, &args);
+                None
+            }
+            Call::End(value) => {
+                p.finish_syscall(number, &args, value);
+                p.deliver_pending()
+            }
+            Call::Check => {
+                let k = &p.kernel;
+                let open = (k.process_pending() | k.thread_pending) & !k.sigmask;
+                return (Verdict::Interrupt(open & k.interrupting() != 0), false);
+            }
+            Call::Clone => {
+                p.begin_syscall(number, &args);
+                let value = match self.clone_thread(args) {
+                    Ok(tid) => u64::from(tid),
+                    Err(e) => neg(e),
+                };
+                let p = &mut *self.process;
+                p.finish_syscall(number, &args, value);
+                p.deliver_pending()
+            }
+            Call::ThreadExit(status) => {
+                let vcpu = running.vcpu;
+                if let Some(observer) = p.observer.as_mut() {
+                    observer.on_vcpu_exit(vcpu);
+                }
+                self.last_status = status as u8;
+                if self.live == 1 {
+                    // The last thread: the process exits with its status.
+                    self.exit = Some(GuestExit::Exited(status as u8));
+                }
+                return (Verdict::Stop, false);
+            }
+        };
+        match ended {
+            Some(exit) => {
+                self.exit = Some(exit);
+                (Verdict::Stop, false)
+            }
+            None => (Verdict::Go, false),
+        }
+    }
+
+    /// `clone` of a thread for the one in the process; its new id.
+    fn clone_thread(&mut self, args: [u64; 6]) -> Result<u32, i32> {
+        // RV64's argument order: flags, stack, parent tid, tls, child tid.
+        let [flags, stack, parent_tid, tls, child_tid, _] = args;
+        if flags & CLONE_SIGHAND == 0 || flags & CLONE_VM == 0 {
+            return Err(errno::EINVAL);
+        }
+        let p = &mut *self.process;
+        let tid = p.threads.allocate_tid();
+        let put_tid = |mem: &mut GuestMemory, addr: u64| mem.store(addr, 4, u64::from(tid));
+        if flags & CLONE_PARENT_SETTID != 0 && put_tid(&mut p.mem, parent_tid).is_err() {
+            return Err(errno::EFAULT);
+        }
+        if flags & CLONE_CHILD_SETTID != 0 && put_tid(&mut p.mem, child_tid).is_err() {
+            return Err(errno::EFAULT);
+        }
+        let mut cpu = p.cpu.clone();
+        cpu.set_x(10, 0);
+        if stack != 0 {
+            cpu.set_x(2, stack);
+        }
+        if flags & CLONE_SETTLS != 0 {
+            cpu.set_x(4, tls);
+        }
+        // Past the ecall, as the parent will be.
+        cpu.set_pc(p.cpu.pc().wrapping_add(4));
+        let vcpu = self.next_vcpu;
+        self.next_vcpu += 1;
+        let engine = match &p.options.engine_factory {
+            Some(make) => make(vcpu),
+            None => {
+                let mut engine = Engine::new(Rv64::new());
+                let _ = engine.set_jit(p.engine.jit());
+                engine.set_vcpu_index(vcpu);
+                engine
+            }
+        };
+        if let Some(observer) = p.observer.as_mut() {
+            observer.on_vcpu_start(vcpu, &cpu);
+        }
+        let running = Running {
+            tid,
+            vcpu,
+            cpu,
+            mem: p.mem.share(),
+            engine,
+            sigmask: p.kernel.sigmask,
+            thread_pending: 0,
+            // Linux gives a new thread no alternate stack (SS_DISABLE).
+            altstack: [0, 2, 0],
+            clear_child_tid: if flags & CLONE_CHILD_CLEARTID != 0 {
+                child_tid
+            } else {
+                0
+            },
+        };
+        self.start(Box::new(running));
+        self.process.kernel.other_tids = self.peers.iter().map(|p| p.tid).collect();
+        Ok(tid)
+    }
+}
