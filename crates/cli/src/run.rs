@@ -595,7 +595,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     if args.stats {
         let elapsed = started.elapsed().as_secs_f64();
-        let stats = process.engine().stats();
+        let stats = process.stats();
         eprintln!(
             "tcgkit: {} guest instructions in {elapsed:.3} s ({:.1} M/s), {} blocks translated, {} executed",
             stats.insns_executed,

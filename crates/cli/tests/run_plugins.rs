@@ -25,11 +25,20 @@ fn number_after(text: &str, label: &str) -> u64 {
 }
 
 fn run_with(plugins: &[&str], guest_name: &str) -> (String, String, String) {
+    run_with_options(&[], plugins, guest_name)
+}
+
+/// [`run_with`], with tcgkit `options` first.
+fn run_with_options(
+    options: &[&str],
+    plugins: &[&str],
+    guest_name: &str,
+) -> (String, String, String) {
     // Specs may name files: their path separators stay out of the name.
     let specs = plugins.join("+").replace('/', "_");
-    let out_file = scratch(&format!("{guest_name}-{specs}.txt"));
+    let out_file = scratch(&format!("{guest_name}-{specs}{}.txt", options.join("")));
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tcgkit"));
-    cmd.args(["run", "--stats"]);
+    cmd.args(["run", "--stats"]).args(options);
     for p in plugins {
         cmd.args(["--plugin", p]);
     }
@@ -318,9 +327,11 @@ fn counts_are_the_same_in_both_execution_modes() {
 fn every_guest_thread_is_counted_on_its_own_vcpu() {
     // The main thread, four workers, a detached thread, a spinner and three
     // at a barrier: ten vCPUs. Inline and callback counts, per vCPU, add
-    // up to what the engine executed in the same run.
-    for spec in ["insn,inline=true", "insn,inline=false", "bb,inline=true"] {
-        let (stdout, stats, report) = run_with(&[spec], "threads");
+    // up to what the engines executed in the same run, in turns on one
+    // host thread or each on its own.
+    let specs = ["insn,inline=true", "insn,inline=false", "bb,inline=true"];
+    for (spec, threads) in specs.into_iter().flat_map(|s| [(s, "turns"), (s, "host")]) {
+        let (stdout, stats, report) = run_with_options(&["--threads", threads], &[spec], "threads");
         assert!(stdout.contains("worker 3: "), "{spec}: {stdout}");
         let engine = number_after(&stats, "tcgkit: ");
         // `cpu N insns: M` (insn) or `cpu N: bbs: B, insns: M` (bb).
@@ -344,10 +355,15 @@ fn every_guest_thread_is_counted_on_its_own_vcpu() {
 fn resets_from_threads_keep_every_count() {
     // `reset` resets itself from a block callback every N instructions,
     // whichever guest thread runs then, and counts on through each
-    // completion: its total must be the engine's, exactly.
-    for every in ["7", "1000"] {
+    // completion: its total must be the engines', exactly. On host
+    // threads, the others run on meanwhile (and wait in futexes for the
+    // resetting one).
+    let cases = ["7", "1000"]
+        .into_iter()
+        .flat_map(|every| [(every, "turns"), (every, "host")]);
+    for (every, threads) in cases {
         let out = Command::new(env!("CARGO_BIN_EXE_tcgkit"))
-            .args(["run", "--stats", "--plugin"])
+            .args(["run", "--threads", threads, "--stats", "--plugin"])
             .arg(format!("reset,every={every}"))
             .arg(guest("cxx_threads"))
             .output()

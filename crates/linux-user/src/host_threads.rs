@@ -743,6 +743,8 @@ impl Server<'_> {
         self.peers.retain(|p| p.tid != running.tid);
         if running.tid == self.main_tid {
             self.main = Some(running);
+        } else {
+            self.process.threads_stats += running.engine.stats();
         }
     }
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use tcgkit_image_core::{Image, ImageRegistry};
 use tcgkit_riscv::{Cpu, Rv64};
-use tcgkit_tcg_core::{CpuExit, Engine, GuestMemory, MemFaultKind};
+use tcgkit_tcg_core::{CpuExit, Engine, EngineStats, GuestMemory, MemFaultKind};
 
 use crate::children::{self, ChildSignals, ForkRequest, Launcher};
 use crate::error::LoadError;
@@ -198,6 +198,9 @@ pub struct Process {
     pub(crate) host_threads_started: bool,
     /// Set in the child of a fork made while on host threads.
     pub(crate) forked_child: bool,
+    /// The counters of the engines of threads that ran on host threads of
+    /// their own and are gone.
+    pub(crate) threads_stats: EngineStats,
     /// The host's SIGCHLD, watched from the first fork on.
     child_signals: Option<ChildSignals>,
     initial_sp: u64,
@@ -311,6 +314,7 @@ impl Process {
             start_host_threads: false,
             host_threads_started: false,
             forked_child: false,
+            threads_stats: EngineStats::default(),
             child_signals: None,
             initial_sp: sp,
             layout: ProgramLayout {
@@ -324,6 +328,15 @@ impl Process {
     /// Where the program was loaded.
     pub fn layout(&self) -> ProgramLayout {
         self.layout
+    }
+
+    /// What the process's engines did: the first engine's counters, plus
+    /// those of the engines of threads that ran on host threads of their
+    /// own ([`Options::host_threads`]).
+    pub fn stats(&self) -> EngineStats {
+        let mut stats = self.engine.stats();
+        stats += self.threads_stats;
+        stats
     }
 
     /// Sets how the engine of each guest thread after the first is made

@@ -257,14 +257,22 @@ pub(super) fn qemu_plugin_command(
 /// `-U`, kept out of the guest's environment, so that the guest sees what
 /// it sees under QEMU (its start-up walks the environment: one variable
 /// more changes its instruction count).
+/// `TCGKIT_THREADS` (how guest threads run), when set for the bench, is
+/// likewise tcgkit's alone.
 pub(super) fn tcgkit_run(tcgkit: &Path, mode: Option<JitMode>) -> Command {
     let mut cmd = Command::new(tcgkit);
     cmd.arg("run");
     if let Some(mode) = mode {
         cmd.env(JIT_VAR, mode.value()).args(["-U", JIT_VAR]);
     }
+    if std::env::var_os(THREADS_VAR).is_some() {
+        cmd.args(["-U", THREADS_VAR]);
+    }
     cmd
 }
+
+/// The environment variable tcgkit reads how guest threads run from.
+const THREADS_VAR: &str = "TCGKIT_THREADS";
 
 /// `tcgkit run` with QEMU's command line for `config`: the same C plugin
 /// .so and arguments (`-plugin PATH,ARGS -d plugin -D LOG`).

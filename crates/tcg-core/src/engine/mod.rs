@@ -218,6 +218,48 @@ pub struct EngineStats {
     pub compiled_entries: u64,
 }
 
+/// Two engines' counters together (the engines of one process's threads,
+/// say): every counter summed, the gauges (blocks cached, live
+/// generations, bytes) as totals over both.
+impl std::ops::AddAssign for EngineStats {
+    fn add_assign(&mut self, other: EngineStats) {
+        let EngineStats {
+            tbs_translated,
+            tbs_cached,
+            blocks_executed,
+            index_hits,
+            insns_executed,
+            flushes,
+            reinstrumentations,
+            tbs_replanned,
+            tbs_invalidated,
+            live_generations,
+            current_bytes,
+            retired_bytes,
+            blocks_compiled,
+            compiled_blocks_executed,
+            compiled_bytes,
+            compiled_entries,
+        } = other;
+        self.tbs_translated += tbs_translated;
+        self.tbs_cached += tbs_cached;
+        self.blocks_executed += blocks_executed;
+        self.index_hits += index_hits;
+        self.insns_executed += insns_executed;
+        self.flushes += flushes;
+        self.reinstrumentations += reinstrumentations;
+        self.tbs_replanned += tbs_replanned;
+        self.tbs_invalidated += tbs_invalidated;
+        self.live_generations += live_generations;
+        self.current_bytes += current_bytes;
+        self.retired_bytes += retired_bytes;
+        self.blocks_compiled += blocks_compiled;
+        self.compiled_blocks_executed += compiled_blocks_executed;
+        self.compiled_bytes += compiled_bytes;
+        self.compiled_entries += compiled_entries;
+    }
+}
+
 /// The block cache and vCPU loop for frontend `F`.
 ///
 /// ```
