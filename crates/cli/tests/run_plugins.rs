@@ -373,7 +373,12 @@ fn resets_from_threads_keep_every_count() {
         let engine = number_after(&stderr, "tcgkit: ");
         let resets = number_after(&stderr, "resets:");
         assert_eq!(number_after(&stderr, "total insns:"), engine, "{stderr}");
-        assert!(resets >= engine / 1000, "every={every}: {stderr}");
+        // In turns a reset completes at the next block; on host threads
+        // it waits for every running thread's next safe point, and no new
+        // one is asked for meanwhile: how many fit depends on the host's
+        // scheduling.
+        let fewest = if threads == "turns" { engine / 1000 } else { 1 };
+        assert!(resets >= fewest, "every={every}, {threads}: {stderr}");
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
             stdout.starts_with("shared 400000 atomic 400000"),
