@@ -1,8 +1,12 @@
 //! `futex` requests as the guest makes them, decoded once for both ways
 //! guest threads run (`threads.rs`, taking turns; `host_threads.rs`, on
 //! host threads): the operations glibc and Go use, their timeouts as
-//! deadlines, and `FUTEX_WAKE_OP`'s encoded operation.
+//! deadlines, and `FUTEX_WAKE_OP`'s encoded operation; and for host
+//! threads, the wait queues ([`Futexes`]) and a thread's place to sleep
+//! ([`Waiter`]).
 
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tcgkit_tcg_core::GuestMemory;
@@ -201,6 +205,218 @@ fn deadline_of(mem: &mut GuestMemory, addr: u64, relative: bool, op: u64) -> Res
     Ok(now + wanted.saturating_sub(since))
 }
 
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every critical section here leaves its data consistent.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// How a thread's wait ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Woke {
+    Woken,
+    TimedOut,
+    Kicked,
+}
+
+/// One thread's place to sleep: in a futex queue, a `nanosleep`, or for
+/// the server's answer.
+#[derive(Default)]
+pub(crate) struct Waiter {
+    state: Mutex<WaitState>,
+    cv: Condvar,
+}
+
+#[derive(Default)]
+struct WaitState {
+    woken: bool,
+    kicked: bool,
+}
+
+impl Waiter {
+    /// Before a wait: no wake is pending.
+    pub(crate) fn arm(&self) {
+        let mut s = lock(&self.state);
+        s.woken = false;
+        s.kicked = false;
+    }
+
+    pub(crate) fn wake(&self) {
+        lock(&self.state).woken = true;
+        self.cv.notify_one();
+    }
+
+    /// Something for the thread to look at (a signal, the process ending).
+    pub(crate) fn kick(&self) {
+        lock(&self.state).kicked = true;
+        self.cv.notify_one();
+    }
+
+    pub(crate) fn sleep(&self, deadline: Option<Instant>) -> Woke {
+        let mut s = lock(&self.state);
+        loop {
+            if s.woken {
+                s.woken = false;
+                return Woke::Woken;
+            }
+            if s.kicked {
+                s.kicked = false;
+                return Woke::Kicked;
+            }
+            match deadline {
+                None => s = self.cv.wait(s).unwrap_or_else(PoisonError::into_inner),
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        return Woke::TimedOut;
+                    }
+                    s = self
+                        .cv
+                        .wait_timeout(s, d - now)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0;
+                }
+            }
+        }
+    }
+}
+
+struct Queued {
+    waiter: Arc<Waiter>,
+    bitset: u32,
+}
+
+/// The futex wait queues of one process, by guest address. A waiter
+/// checks the word and queues itself under the table's lock, and a waker
+/// changes the word before it takes the lock, so no wake is lost.
+#[derive(Default)]
+pub(crate) struct Futexes {
+    queues: Mutex<HashMap<u64, VecDeque<Queued>>>,
+}
+
+impl Futexes {
+    fn wake_locked(
+        queues: &mut HashMap<u64, VecDeque<Queued>>,
+        addr: u64,
+        n: u32,
+        bits: u32,
+    ) -> u64 {
+        let Some(queue) = queues.get_mut(&addr) else {
+            return 0;
+        };
+        let mut woken = 0u64;
+        let mut i = 0;
+        while i < queue.len() && woken < u64::from(n) {
+            if queue.get(i).is_some_and(|q| q.bitset & bits != 0) {
+                if let Some(q) = queue.remove(i) {
+                    q.waiter.wake();
+                    woken += 1;
+                }
+            } else {
+                i += 1;
+            }
+        }
+        if queue.is_empty() {
+            queues.remove(&addr);
+        }
+        woken
+    }
+
+    /// Takes `me` out of whatever queue holds it; false if none did (a
+    /// wake got there first).
+    pub(crate) fn cancel(&self, me: &Arc<Waiter>) -> bool {
+        let mut queues = lock(&self.queues);
+        let mut found = None;
+        for (addr, queue) in queues.iter_mut() {
+            if let Some(i) = queue.iter().position(|q| Arc::ptr_eq(&q.waiter, me)) {
+                queue.remove(i);
+                found = Some(*addr);
+                break;
+            }
+        }
+        if let Some(addr) = found
+            && queues.get(&addr).is_some_and(VecDeque::is_empty)
+        {
+            queues.remove(&addr);
+        }
+        found.is_some()
+    }
+
+    /// Everything but the wait itself: queues `me` for a `Wait`, or
+    /// answers the others. `Ok(None)`: `me` is queued.
+    pub(crate) fn start(
+        &self,
+        request: Request,
+        me: &Arc<Waiter>,
+        mem: &mut GuestMemory,
+    ) -> Result<Option<u64>, i32> {
+        let word = |mem: &mut GuestMemory, a: u64| {
+            mem.load(a, 4).map(|v| v as u32).map_err(|_| errno::EFAULT)
+        };
+        let mut queues = lock(&self.queues);
+        match request {
+            Request::Wait {
+                addr, val, bitset, ..
+            } => {
+                if word(mem, addr)? != val {
+                    return Err(errno::EAGAIN);
+                }
+                me.arm();
+                queues.entry(addr).or_default().push_back(Queued {
+                    waiter: Arc::clone(me),
+                    bitset,
+                });
+                Ok(None)
+            }
+            Request::Wake { addr, n, bitset } => {
+                Ok(Some(Self::wake_locked(&mut queues, addr, n, bitset)))
+            }
+            Request::Requeue {
+                addr,
+                n,
+                to,
+                moved,
+                expect,
+            } => {
+                if let Some(expect) = expect
+                    && word(mem, addr)? != expect
+                {
+                    return Err(errno::EAGAIN);
+                }
+                let woken = Self::wake_locked(&mut queues, addr, n, BITSET_ALL);
+                let mut shifted = Vec::new();
+                if let Some(queue) = queues.get_mut(&addr) {
+                    let take = (moved as usize).min(queue.len());
+                    shifted.extend(queue.drain(..take));
+                    if queue.is_empty() {
+                        queues.remove(&addr);
+                    }
+                }
+                let count = shifted.len() as u64;
+                if !shifted.is_empty() {
+                    queues.entry(to).or_default().extend(shifted);
+                }
+                Ok(Some(woken + count))
+            }
+            Request::WakeOp {
+                addr,
+                n,
+                addr2,
+                n2,
+                op,
+            } => {
+                let (old, _) = mem
+                    .atomic_update(addr2, 4, |old| u64::from(op.apply(old as u32)))
+                    .map_err(|_| errno::EFAULT)?;
+                let mut woken = Self::wake_locked(&mut queues, addr, n, BITSET_ALL);
+                if op.passes(old as u32) {
+                    woken += Self::wake_locked(&mut queues, addr2, n2, BITSET_ALL);
+                }
+                Ok(Some(woken))
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,6 +433,135 @@ mod tests {
         assert_eq!(op.apply(1), 9);
         assert!(op.passes(0) && !op.passes(u32::MAX));
         assert_eq!(WakeOp::decode(6 << 24), Err(errno::ENOSYS));
+    }
+
+    fn memory_with_word(value: u32) -> GuestMemory {
+        let mut mem = GuestMemory::new();
+        mem.map(
+            0x1000,
+            0x1000,
+            tcgkit_tcg_core::Perms::READ | tcgkit_tcg_core::Perms::WRITE,
+        )
+        .unwrap();
+        mem.store(0x1000, 4, u64::from(value)).unwrap();
+        mem
+    }
+
+    fn wait_on(addr: u64, val: u32, bitset: u32) -> Request {
+        Request::Wait {
+            addr,
+            val,
+            bitset,
+            deadline: None,
+        }
+    }
+
+    #[test]
+    fn host_futexes_wake_requeue_and_wake_op_between_threads() {
+        let futexes = Arc::new(Futexes::default());
+        let mut mem = memory_with_word(7);
+        let waiters: Vec<Arc<Waiter>> = (0..3).map(|_| Arc::new(Waiter::default())).collect();
+        // A changed word: no wait.
+        assert_eq!(
+            futexes.start(wait_on(0x1000, 8, BITSET_ALL), &waiters[0], &mut mem),
+            Err(errno::EAGAIN)
+        );
+        // Three sleepers on threads: bitsets 1, 2 and every bit.
+        let bits = [1, 2, BITSET_ALL];
+        for (w, b) in waiters.iter().zip(bits) {
+            assert_eq!(futexes.start(wait_on(0x1000, 7, b), w, &mut mem), Ok(None));
+        }
+        let sleepers: Vec<_> = waiters
+            .iter()
+            .map(|w| {
+                let w = Arc::clone(w);
+                std::thread::spawn(move || w.sleep(None))
+            })
+            .collect();
+        // Bit 2 wakes the second and the third, first come first woken.
+        let wake = |n, bitset| Request::Wake {
+            addr: 0x1000,
+            n,
+            bitset,
+        };
+        assert_eq!(
+            futexes.start(wake(1, 2), &waiters[0], &mut mem),
+            Ok(Some(1))
+        );
+        // The rest move to 0x1008 (CMP_REQUEUE checks the word first).
+        let requeue = |expect| Request::Requeue {
+            addr: 0x1000,
+            n: 0,
+            to: 0x1008,
+            moved: 5,
+            expect: Some(expect),
+        };
+        assert_eq!(
+            futexes.start(requeue(6), &waiters[0], &mut mem),
+            Err(errno::EAGAIN)
+        );
+        assert_eq!(
+            futexes.start(requeue(7), &waiters[0], &mut mem),
+            Ok(Some(2))
+        );
+        assert_eq!(
+            futexes.start(wake(9, BITSET_ALL), &waiters[0], &mut mem),
+            Ok(Some(0))
+        );
+        // WAKE_OP: add 1 to 0x1008 (0 before: "> 0" fails, so only the
+        // first queue's waiters would wake, and it has none).
+        let op = WakeOp::decode((1 << 28) | (1 << 12) | (4 << 24)).unwrap();
+        let wake_op = Request::WakeOp {
+            addr: 0x1000,
+            n: 1,
+            addr2: 0x1008,
+            n2: 9,
+            op,
+        };
+        assert_eq!(futexes.start(wake_op, &waiters[0], &mut mem), Ok(Some(0)));
+        assert_eq!(mem.load(0x1008, 4), Ok(1));
+        // Now the old value 1 passes: both requeued sleepers wake.
+        assert_eq!(futexes.start(wake_op, &waiters[0], &mut mem), Ok(Some(2)));
+        assert_eq!(mem.load(0x1008, 4), Ok(2));
+        for sleeper in sleepers {
+            assert_eq!(sleeper.join().unwrap(), Woke::Woken);
+        }
+        assert!(!futexes.cancel(&waiters[0]), "nobody is queued");
+    }
+
+    #[test]
+    fn a_timed_out_or_kicked_waiter_leaves_its_queue() {
+        let futexes = Futexes::default();
+        let mut mem = memory_with_word(0);
+        let me = Arc::new(Waiter::default());
+        assert_eq!(
+            futexes.start(wait_on(0x1000, 0, BITSET_ALL), &me, &mut mem),
+            Ok(None)
+        );
+        let soon = Instant::now() + Duration::from_millis(5);
+        assert_eq!(me.sleep(Some(soon)), Woke::TimedOut);
+        assert!(futexes.cancel(&me), "still queued: ETIMEDOUT");
+        assert!(!futexes.cancel(&me));
+        assert_eq!(
+            futexes.start(wait_on(0x1000, 0, BITSET_ALL), &me, &mut mem),
+            Ok(None)
+        );
+        me.kick();
+        assert_eq!(me.sleep(None), Woke::Kicked);
+        assert!(futexes.cancel(&me));
+        // A wake that comes first wins over a later timeout.
+        assert_eq!(
+            futexes.start(wait_on(0x1000, 0, BITSET_ALL), &me, &mut mem),
+            Ok(None)
+        );
+        let wake = Request::Wake {
+            addr: 0x1000,
+            n: 1,
+            bitset: BITSET_ALL,
+        };
+        assert_eq!(futexes.start(wake, &me, &mut mem), Ok(Some(1)));
+        assert!(!futexes.cancel(&me));
+        assert_eq!(me.sleep(Some(Instant::now())), Woke::Woken);
     }
 
     #[test]

@@ -26,11 +26,10 @@
 //!
 //! [`Options::host_threads`]: crate::Options::host_threads
 
-use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tcgkit_riscv::{Cpu, Rv64};
 use tcgkit_tcg_core::{CpuExit, Engine, ExitHandle, FlushHandle, GuestMemory};
@@ -40,17 +39,12 @@ use crate::abi::clone::{
     CLONE_THREAD, CLONE_VM,
 };
 use crate::abi::{errno, nr};
-use crate::futex::{BITSET_ALL, Request};
+use crate::futex::{BITSET_ALL, Futexes, Request, Waiter, Woke};
 use crate::process::{GuestExit, Process};
 
 /// What makes a guest thread's engine: the embedder's (plugins attached,
 /// the JIT as configured) or a plain one.
 pub type EngineFactory = dyn Fn(u32) -> Engine<Rv64> + Send + Sync;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every critical section here leaves its data consistent.
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// A guest thread's own state: what the server swaps into the
 /// [`Process`] while it acts for the thread.
@@ -64,213 +58,6 @@ pub(crate) struct Running {
     pub(crate) thread_pending: u64,
     pub(crate) altstack: [u64; 3],
     pub(crate) clear_child_tid: u64,
-}
-
-/// How a thread's wait ended.
-#[derive(Debug, PartialEq, Eq)]
-enum Woke {
-    Woken,
-    TimedOut,
-    Kicked,
-}
-
-/// One thread's place to sleep: in a futex queue, a `nanosleep`, or for
-/// the server's answer.
-#[derive(Default)]
-struct Waiter {
-    state: Mutex<WaitState>,
-    cv: Condvar,
-}
-
-#[derive(Default)]
-struct WaitState {
-    woken: bool,
-    kicked: bool,
-}
-
-impl Waiter {
-    /// Before a wait: no wake is pending.
-    fn arm(&self) {
-        let mut s = lock(&self.state);
-        s.woken = false;
-        s.kicked = false;
-    }
-
-    fn wake(&self) {
-        lock(&self.state).woken = true;
-        self.cv.notify_one();
-    }
-
-    /// Something for the thread to look at (a signal, the process ending).
-    fn kick(&self) {
-        lock(&self.state).kicked = true;
-        self.cv.notify_one();
-    }
-
-    fn sleep(&self, deadline: Option<Instant>) -> Woke {
-        let mut s = lock(&self.state);
-        loop {
-            if s.woken {
-                s.woken = false;
-                return Woke::Woken;
-            }
-            if s.kicked {
-                s.kicked = false;
-                return Woke::Kicked;
-            }
-            match deadline {
-                None => s = self.cv.wait(s).unwrap_or_else(PoisonError::into_inner),
-                Some(d) => {
-                    let now = Instant::now();
-                    if now >= d {
-                        return Woke::TimedOut;
-                    }
-                    s = self
-                        .cv
-                        .wait_timeout(s, d - now)
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .0;
-                }
-            }
-        }
-    }
-}
-
-struct Queued {
-    waiter: Arc<Waiter>,
-    bitset: u32,
-}
-
-/// The futex wait queues of one process, by guest address. A waiter
-/// checks the word and queues itself under the table's lock, and a waker
-/// changes the word before it takes the lock, so no wake is lost.
-#[derive(Default)]
-struct Futexes {
-    queues: Mutex<HashMap<u64, VecDeque<Queued>>>,
-}
-
-impl Futexes {
-    fn wake_locked(
-        queues: &mut HashMap<u64, VecDeque<Queued>>,
-        addr: u64,
-        n: u32,
-        bits: u32,
-    ) -> u64 {
-        let Some(queue) = queues.get_mut(&addr) else {
-            return 0;
-        };
-        let mut woken = 0u64;
-        let mut i = 0;
-        while i < queue.len() && woken < u64::from(n) {
-            if queue.get(i).is_some_and(|q| q.bitset & bits != 0) {
-                if let Some(q) = queue.remove(i) {
-                    q.waiter.wake();
-                    woken += 1;
-                }
-            } else {
-                i += 1;
-            }
-        }
-        if queue.is_empty() {
-            queues.remove(&addr);
-        }
-        woken
-    }
-
-    /// Takes `me` out of whatever queue holds it; false if none did (a
-    /// wake got there first).
-    fn cancel(&self, me: &Arc<Waiter>) -> bool {
-        let mut queues = lock(&self.queues);
-        let mut found = None;
-        for (addr, queue) in queues.iter_mut() {
-            if let Some(i) = queue.iter().position(|q| Arc::ptr_eq(&q.waiter, me)) {
-                queue.remove(i);
-                found = Some(*addr);
-                break;
-            }
-        }
-        if let Some(addr) = found
-            && queues.get(&addr).is_some_and(VecDeque::is_empty)
-        {
-            queues.remove(&addr);
-        }
-        found.is_some()
-    }
-
-    /// Everything but the wait itself: queues `me` for a `Wait`, or
-    /// answers the others. `Ok(None)`: `me` is queued.
-    fn start(
-        &self,
-        request: Request,
-        me: &Arc<Waiter>,
-        mem: &mut GuestMemory,
-    ) -> Result<Option<u64>, i32> {
-        let word = |mem: &mut GuestMemory, a: u64| {
-            mem.load(a, 4).map(|v| v as u32).map_err(|_| errno::EFAULT)
-        };
-        let mut queues = lock(&self.queues);
-        match request {
-            Request::Wait {
-                addr, val, bitset, ..
-            } => {
-                if word(mem, addr)? != val {
-                    return Err(errno::EAGAIN);
-                }
-                me.arm();
-                queues.entry(addr).or_default().push_back(Queued {
-                    waiter: Arc::clone(me),
-                    bitset,
-                });
-                Ok(None)
-            }
-            Request::Wake { addr, n, bitset } => {
-                Ok(Some(Self::wake_locked(&mut queues, addr, n, bitset)))
-            }
-            Request::Requeue {
-                addr,
-                n,
-                to,
-                moved,
-                expect,
-            } => {
-                if let Some(expect) = expect
-                    && word(mem, addr)? != expect
-                {
-                    return Err(errno::EAGAIN);
-                }
-                let woken = Self::wake_locked(&mut queues, addr, n, BITSET_ALL);
-                let mut shifted = Vec::new();
-                if let Some(queue) = queues.get_mut(&addr) {
-                    let take = (moved as usize).min(queue.len());
-                    shifted.extend(queue.drain(..take));
-                    if queue.is_empty() {
-                        queues.remove(&addr);
-                    }
-                }
-                let count = shifted.len() as u64;
-                if !shifted.is_empty() {
-                    queues.entry(to).or_default().extend(shifted);
-                }
-                Ok(Some(woken + count))
-            }
-            Request::WakeOp {
-                addr,
-                n,
-                addr2,
-                n2,
-                op,
-            } => {
-                let (old, _) = mem
-                    .atomic_update(addr2, 4, |old| u64::from(op.apply(old as u32)))
-                    .map_err(|_| errno::EFAULT)?;
-                let mut woken = Self::wake_locked(&mut queues, addr, n, BITSET_ALL);
-                if op.passes(old as u32) {
-                    woken += Self::wake_locked(&mut queues, addr2, n2, BITSET_ALL);
-                }
-                Ok(Some(woken))
-            }
-        }
-    }
 }
 
 /// What the server knows of a live thread, to reach it.
@@ -310,12 +97,18 @@ enum Call {
     Check,
     /// `exit` of this thread with this status.
     ThreadExit(u64),
+    /// `epoll_pwait` without waiting: what is ready now.
+    Poll([u64; 6]),
 }
 
-struct Message {
-    call: Call,
-    running: Box<Running>,
-    reply: SyncSender<Reply>,
+/// What reaches the server: a call, or a thread's state once it is gone.
+enum ToServer {
+    Call {
+        call: Call,
+        running: Box<Running>,
+        reply: SyncSender<Reply>,
+    },
+    Gone(Box<Running>),
 }
 
 enum Verdict {
@@ -325,6 +118,8 @@ enum Verdict {
     Stop,
     /// For `Check`: a signal would interrupt the wait.
     Interrupt(bool),
+    /// For `Poll`: what `epoll_pwait` returned.
+    Polled(u64),
 }
 
 struct Reply {
@@ -337,7 +132,7 @@ struct Thread {
     running: Option<Box<Running>>,
     shared: Arc<Shared>,
     waiter: Arc<Waiter>,
-    to_server: Sender<(Message, bool)>,
+    to_server: Sender<ToServer>,
     reply_tx: SyncSender<Reply>,
     reply_rx: Receiver<Reply>,
 }
@@ -347,12 +142,12 @@ impl Thread {
     /// then back with the thread for its last message).
     fn ask(&mut self, call: Call) -> Option<Verdict> {
         let running = self.running.take()?;
-        let message = Message {
+        let message = ToServer::Call {
             call,
             running,
             reply: self.reply_tx.clone(),
         };
-        if self.to_server.send((message, false)).is_err() {
+        if self.to_server.send(message).is_err() {
             return None;
         }
         let reply = self.reply_rx.recv().ok()?;
@@ -386,14 +181,7 @@ impl Thread {
             }
         }
         if let Some(running) = self.running.take() {
-            let (reply, _) = sync_channel(1);
-            let message = Message {
-                call: Call::Exit(CpuExit::ExitRequested),
-                running,
-                reply,
-            };
-            // The last message: "gone".
-            let _ = self.to_server.send((message, true));
+            let _ = self.to_server.send(ToServer::Gone(running));
         }
     }
 
@@ -410,28 +198,56 @@ impl Thread {
             nr::NANOSLEEP => self.sleep(None, args[0], args[1]),
             nr::CLOCK_NANOSLEEP => self.sleep(Some((args[0], args[1])), args[2], args[3]),
             nr::EXIT => self.exit_thread(args[0]),
+            nr::EPOLL_PWAIT => self.epoll_pwait(args),
             _ => self.ask(Call::Exit(CpuExit::Syscall)).is_some(),
         }
     }
 
-    /// Waits until woken, `deadline` or a signal the thread takes;
-    /// `Err(true)` when the process ends meanwhile.
-    fn wait(&mut self, deadline: Option<Instant>) -> Result<Woke, bool> {
+    /// Waits until woken, `deadline` or a signal the thread takes
+    /// (`Kicked`); `None` when the process ends meanwhile.
+    fn wait(&mut self, deadline: Option<Instant>) -> Option<Woke> {
         loop {
             match self.waiter.sleep(deadline) {
                 Woke::Kicked => {
                     if self.shared.ending.load(Ordering::Acquire) {
-                        return Err(true);
+                        return None;
                     }
-                    match self.ask(Call::Check) {
-                        Some(Verdict::Interrupt(true)) => return Ok(Woke::Kicked),
-                        Some(_) => {}
-                        None => return Err(true),
+                    if let Verdict::Interrupt(true) = self.ask(Call::Check)? {
+                        return Some(Woke::Kicked);
                     }
                 }
-                woke => return Ok(woke),
+                woke => return Some(woke),
             }
         }
+    }
+
+    /// `epoll_pwait`: the server looks without waiting (it must not stall
+    /// the others' syscalls), the thread waits a millisecond between two
+    /// looks, until something is ready, the timeout, or a signal.
+    fn epoll_pwait(&mut self, args: [u64; 6]) -> bool {
+        const LOOK_AGAIN: Duration = Duration::from_millis(1);
+        if self.ask(Call::Begin).is_none() {
+            return false;
+        }
+        let ms = args[3] as i32;
+        let deadline = (ms >= 0).then(|| Instant::now() + Duration::from_millis(ms as u64));
+        let value = loop {
+            let Some(Verdict::Polled(value)) = self.ask(Call::Poll(args)) else {
+                return false;
+            };
+            let now = Instant::now();
+            if value != 0 || deadline.is_some_and(|d| d <= now) {
+                break value;
+            }
+            let next = now + LOOK_AGAIN;
+            self.waiter.arm();
+            match self.wait(Some(deadline.map_or(next, |d| d.min(next)))) {
+                None => return false,
+                Some(Woke::Kicked) => break neg(errno::EINTR),
+                Some(_) => {}
+            }
+        };
+        self.ask(Call::End(value)).is_some()
     }
 
     fn futex(&mut self, args: [u64; 6]) -> bool {
@@ -452,17 +268,17 @@ impl Thread {
             Err(e) => neg(e),
             Ok((_, Some(n))) => n,
             Ok((Request::Wait { deadline, .. }, None)) => match self.wait(deadline) {
-                Err(_) => {
+                None => {
                     self.shared.futexes.cancel(&self.waiter);
                     return false;
                 }
-                Ok(Woke::Woken) => 0,
+                Some(Woke::Woken) => 0,
                 // Out of the queue first: a wake that got there first wins.
-                Ok(Woke::TimedOut) if self.shared.futexes.cancel(&self.waiter) => {
+                Some(Woke::TimedOut) if self.shared.futexes.cancel(&self.waiter) => {
                     neg(errno::ETIMEDOUT)
                 }
-                Ok(Woke::Kicked) if self.shared.futexes.cancel(&self.waiter) => neg(errno::EINTR),
-                Ok(_) => 0,
+                Some(Woke::Kicked) if self.shared.futexes.cancel(&self.waiter) => neg(errno::EINTR),
+                Some(_) => 0,
             },
             Ok((_, None)) => 0,
         };
@@ -484,8 +300,8 @@ impl Thread {
             Ok(request) => {
                 self.waiter.arm();
                 match self.wait(Some(request.until)) {
-                    Err(_) => return false,
-                    Ok(Woke::Kicked) => {
+                    None => return false,
+                    Some(Woke::Kicked) => {
                         let left = request.until.saturating_duration_since(Instant::now());
                         if request.relative
                             && rem != 0
@@ -496,7 +312,7 @@ impl Thread {
                         }
                         neg(errno::EINTR)
                     }
-                    Ok(_) => {
+                    Some(_) => {
                         if request.relative
                             && rem != 0
                             && let Some(r) = self.running.as_deref_mut()
@@ -541,8 +357,8 @@ struct Server<'p> {
     process: &'p mut Process,
     shared: Arc<Shared>,
     peers: Vec<Peer>,
-    to_server: Sender<(Message, bool)>,
-    inbox: Receiver<(Message, bool)>,
+    to_server: Sender<ToServer>,
+    inbox: Receiver<ToServer>,
     next_vcpu: u32,
     /// Threads started and not gone yet.
     live: usize,
@@ -644,18 +460,18 @@ impl Server<'_> {
 
     fn run(mut self) -> GuestExit {
         while self.live > 0 {
-            let Ok((message, gone)) = self.inbox.recv() else {
-                break;
+            let (call, mut running, reply) = match self.inbox.recv() {
+                Err(_) => break,
+                Ok(ToServer::Gone(running)) => {
+                    self.gone(running);
+                    continue;
+                }
+                Ok(ToServer::Call {
+                    call,
+                    running,
+                    reply,
+                }) => (call, running, reply),
             };
-            if gone {
-                self.gone(message.running);
-                continue;
-            }
-            let Message {
-                call,
-                mut running,
-                reply,
-            } = message;
             if self.shared.ending.load(Ordering::Acquire) {
                 let _ = reply.send(Reply {
                     running,
@@ -771,6 +587,13 @@ impl Server<'_> {
             Call::End(value) => {
                 p.finish_syscall(number, &args, value);
                 p.deliver_pending()
+            }
+            Call::Poll(args) => {
+                let value = match p.kernel.epoll_pwait(&mut p.mem, args, Some(0)) {
+                    Ok(n) => n,
+                    Err(e) => neg(e),
+                };
+                return (Verdict::Polled(value), false);
             }
             Call::Check => {
                 let k = &p.kernel;
