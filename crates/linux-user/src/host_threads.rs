@@ -81,6 +81,9 @@ impl Peer {
 struct Shared {
     futexes: Futexes,
     ending: AtomicBool,
+    /// Syscalls are watched (strace, a syscall observer): the server must
+    /// hear of every one.
+    reported: bool,
 }
 
 /// What a thread asks of the server.
@@ -158,6 +161,29 @@ impl Thread {
         }
     }
 
+    /// A syscall the thread makes itself starts: the server hears of it
+    /// only if someone watches syscalls (strace, an observer).
+    fn begin(&mut self) -> bool {
+        !self.shared.reported || self.ask(Call::Begin).is_some()
+    }
+
+    /// It returns `value`. Watched, the server finishes it (and delivers
+    /// what signals came meanwhile); unwatched, the thread does, and a
+    /// signal that came meanwhile has kicked its engine, which stops
+    /// before its first block to let the server deliver it.
+    fn end(&mut self, value: u64) -> bool {
+        if self.shared.reported {
+            return self.ask(Call::End(value)).is_some();
+        }
+        let Some(r) = self.running.as_deref_mut() else {
+            return false;
+        };
+        r.cpu.set_x(10, value);
+        // ecall has no compressed form: always 4 bytes.
+        r.cpu.set_pc(r.cpu.pc().wrapping_add(4));
+        true
+    }
+
     fn running(&mut self) -> Option<&mut Running> {
         self.running.as_deref_mut()
     }
@@ -226,7 +252,7 @@ impl Thread {
     /// looks, until something is ready, the timeout, or a signal.
     fn epoll_pwait(&mut self, args: [u64; 6]) -> bool {
         const LOOK_AGAIN: Duration = Duration::from_millis(1);
-        if self.ask(Call::Begin).is_none() {
+        if !self.begin() {
             return false;
         }
         let ms = args[3] as i32;
@@ -247,11 +273,11 @@ impl Thread {
                 Some(_) => {}
             }
         };
-        self.ask(Call::End(value)).is_some()
+        self.end(value)
     }
 
     fn futex(&mut self, args: [u64; 6]) -> bool {
-        if self.ask(Call::Begin).is_none() {
+        if !self.begin() {
             return false;
         }
         let Some(r) = self.running.as_deref_mut() else {
@@ -282,14 +308,14 @@ impl Thread {
             },
             Ok((_, None)) => 0,
         };
-        self.ask(Call::End(value)).is_some()
+        self.end(value)
     }
 
     /// `nanosleep` (`clock: None`) or `clock_nanosleep`: a sleep a signal
     /// the thread takes cuts short (a relative one then reports what was
     /// left).
     fn sleep(&mut self, clock: Option<(u64, u64)>, req: u64, rem: u64) -> bool {
-        if self.ask(Call::Begin).is_none() {
+        if !self.begin() {
             return false;
         }
         let Some(r) = self.running.as_deref_mut() else {
@@ -325,7 +351,7 @@ impl Thread {
                 }
             }
         };
-        self.ask(Call::End(value)).is_some()
+        self.end(value)
     }
 
     /// `exit` of one thread: its clear-tid word is zeroed and woken (how
@@ -405,11 +431,13 @@ pub(crate) fn serve(process: &mut Process) -> GuestExit {
         clear_child_tid: 0,
     });
     process.swap_running(&mut main);
+    let reported = process.options.strace || process.observer.is_some();
     let mut server = Server {
         process,
         shared: Arc::new(Shared {
             futexes: Futexes::default(),
             ending: AtomicBool::new(false),
+            reported,
         }),
         peers: Vec::new(),
         to_server,

@@ -1,7 +1,7 @@
 //! Execution of pre-decoded ops: one `match`, no allocation, no dynamic
 //! calls beyond what the `MemAccess` implementation does.
 
-use tcgkit_tcg_core::{AccessKind, CpuExit, Flow, MemAccess, MemFault, MemFaultKind};
+use tcgkit_tcg_core::{AccessKind, CpuExit, FetchOp, Flow, MemAccess, MemFault, MemFaultKind};
 
 use crate::cpu::{Cpu, Reservation};
 use crate::fpu::{self, Flags, RoundingMode};
@@ -378,9 +378,21 @@ fn amo<M: MemAccess>(
             amo_apply64(op, old, src)
         }
     };
-    // One host atomic read-modify-write; a fault (even of the read half)
-    // is a store fault.
-    match mem.atomic_update(addr, size, size == 4, apply) {
+    // One host atomic read-modify-write (an instruction of its own where
+    // the host has one); a fault, even of the read half, is a store fault.
+    let native = match op {
+        AmoOp::Swap => Some(FetchOp::Swap),
+        AmoOp::Add => Some(FetchOp::Add),
+        AmoOp::Xor => Some(FetchOp::Xor),
+        AmoOp::And => Some(FetchOp::And),
+        AmoOp::Or => Some(FetchOp::Or),
+        AmoOp::Min | AmoOp::Max | AmoOp::Minu | AmoOp::Maxu => None,
+    };
+    let result = match native {
+        Some(fetch) => mem.atomic_fetch(addr, size, size == 4, fetch, src),
+        None => mem.atomic_update(addr, size, size == 4, apply),
+    };
+    match result {
         Ok((old, _)) => {
             cpu.w(rd, old);
             Flow::Next

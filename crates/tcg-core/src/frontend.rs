@@ -1,7 +1,7 @@
 //! The interface a guest architecture implements, and what executing
 //! instructions see of memory.
 
-use crate::memory::{GuestMemory, MemFault};
+use crate::memory::{FetchOp, GuestMemory, MemFault};
 
 /// A guest architecture: decodes instructions into pre-decoded operations
 /// and executes them on its register file.
@@ -126,6 +126,18 @@ pub trait MemAccess {
         signed: bool,
         update: impl Fn(u64) -> u64,
     ) -> Result<(u64, u64), MemFault>;
+    /// [`MemAccess::atomic_update`] with `op(old, operand)`: plain
+    /// memory does it in one host atomic instruction where it can.
+    fn atomic_fetch(
+        &mut self,
+        addr: u64,
+        size: u8,
+        signed: bool,
+        op: FetchOp,
+        operand: u64,
+    ) -> Result<(u64, u64), MemFault> {
+        self.atomic_update(addr, size, signed, |old| op.apply(old, operand))
+    }
     /// The raw guest memory, bypassing instrumentation (e.g. LR/SC
     /// bookkeeping). Guest-visible accesses should use `load`/`store`.
     fn memory(&mut self) -> &mut GuestMemory;
@@ -204,6 +216,18 @@ impl MemAccess for GuestMemory {
         update: impl Fn(u64) -> u64,
     ) -> Result<(u64, u64), MemFault> {
         let (old, new) = GuestMemory::atomic_update(self, addr, size, update)?;
+        Ok((if signed { sign_extend(old, size) } else { old }, new))
+    }
+
+    fn atomic_fetch(
+        &mut self,
+        addr: u64,
+        size: u8,
+        signed: bool,
+        op: FetchOp,
+        operand: u64,
+    ) -> Result<(u64, u64), MemFault> {
+        let (old, new) = GuestMemory::atomic_fetch(self, addr, size, op, operand)?;
         Ok((if signed { sign_extend(old, size) } else { old }, new))
     }
 

@@ -129,4 +129,6 @@ pub use instrument::{
     MemFilter, RegisterFree, Registers, Scoreboard, ScoreboardEntry, TbPlan, TbView,
 };
 pub use jit::{IrBuilder, JitConfig, JitError};
-pub use memory::{AccessKind, GuestMemory, MemError, MemFault, MemFaultKind, PAGE_SIZE, Perms};
+pub use memory::{
+    AccessKind, FetchOp, GuestMemory, MemError, MemFault, MemFaultKind, PAGE_SIZE, Perms,
+};

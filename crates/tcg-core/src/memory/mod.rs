@@ -18,6 +18,7 @@ use std::ops::BitOr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+pub use page::FetchOp;
 use page::{PageBytes, size_bytes};
 
 /// Size of one guest page in bytes.
@@ -535,6 +536,14 @@ impl GuestMemory {
         ))
     }
 
+    fn tlb(&self, access: AccessKind) -> &Tlb {
+        match access {
+            AccessKind::Read => &self.tlb_read,
+            AccessKind::Write => &self.tlb_write,
+            AccessKind::Execute => &self.tlb_exec,
+        }
+    }
+
     /// Slow path: resolve (and cache in the TLB) the page for a checked access.
     fn fill_tlb(&mut self, addr: u64, access: AccessKind) -> Result<Arc<PageBytes>, MemFault> {
         let page = self.page_of(addr, access, true)?;
@@ -555,22 +564,27 @@ impl GuestMemory {
         Ok(page)
     }
 
-    /// The page for a checked access, from the TLB when it holds it.
+    /// The page for a checked access, from the TLB (filled first on a
+    /// miss). Borrowed: cloning its `Arc` on every access would make
+    /// threads that share a page contend for its count.
     #[inline(always)]
-    fn lookup(&mut self, addr: u64, access: AccessKind) -> Result<Arc<PageBytes>, MemFault> {
+    fn lookup(&mut self, addr: u64, access: AccessKind) -> Result<&PageBytes, MemFault> {
         let vpn = addr >> PAGE_SHIFT;
-        let table = match access {
-            AccessKind::Read => &self.tlb_read,
-            AccessKind::Write => &self.tlb_write,
-            AccessKind::Execute => &self.tlb_exec,
-        };
-        match table.get((vpn as usize) % TLB_ENTRIES) {
+        let i = (vpn as usize) % TLB_ENTRIES;
+        let hit = |tlb: &Tlb| matches!(tlb.get(i), Some(TlbEntry { tag, page: Some(_), .. }) if *tag == vpn);
+        if !hit(self.tlb(access)) {
+            self.fill_tlb(addr, access)?;
+        }
+        match self.tlb(access).get(i) {
             Some(TlbEntry {
-                tag,
-                page: Some(page),
-                ..
-            }) if *tag == vpn => Ok(Arc::clone(page)),
-            _ => self.fill_tlb(addr, access),
+                page: Some(page), ..
+            }) => Ok(page),
+            // Unreachable: the fill above made the entry.
+            _ => Err(MemFault {
+                addr,
+                access,
+                kind: MemFaultKind::Unmapped,
+            }),
         }
     }
 
@@ -595,11 +609,7 @@ impl GuestMemory {
         let mut page = addr & !PAGE_MASK;
         loop {
             let at = page.max(addr);
-            pages.push(if check {
-                self.lookup(at, access)?
-            } else {
-                self.page_of(at, access, false)?
-            });
+            pages.push(self.page_of(at, access, check)?);
             if page >= last & !PAGE_MASK {
                 return Ok(pages);
             }
@@ -749,6 +759,28 @@ impl GuestMemory {
         }
         let page = self.lookup(addr, AccessKind::Write)?;
         page.update((addr & PAGE_MASK) as usize, size, update)
+            .ok_or(misaligned)
+    }
+
+    /// [`GuestMemory::atomic_update`] with `op(old, operand)`, in one host
+    /// atomic instruction where the host has one.
+    pub fn atomic_fetch(
+        &mut self,
+        addr: u64,
+        size: u8,
+        op: FetchOp,
+        operand: u64,
+    ) -> Result<(u64, u64), MemFault> {
+        let misaligned = MemFault {
+            addr,
+            access: AccessKind::Write,
+            kind: MemFaultKind::Misaligned,
+        };
+        if !addr.is_multiple_of(size_bytes(size) as u64) {
+            return Err(misaligned);
+        }
+        let page = self.lookup(addr, AccessKind::Write)?;
+        page.fetch((addr & PAGE_MASK) as usize, size, op, operand)
             .ok_or(misaligned)
     }
 
