@@ -11,7 +11,9 @@
 //! could undo another thread's store to the word's other bytes), and with
 //! a plain load and store while one thread owns the address space.
 //! Compiled code reads and writes the same words with plain host
-//! instructions, which the host makes atomic per aligned access too.
+//! instructions, which the host makes atomic per aligned access too. A
+//! guest AMO is one host atomic instruction where the host has one for
+//! it ([`FetchOp`]), else a compare-and-swap loop on its word.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
