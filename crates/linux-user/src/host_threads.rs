@@ -9,10 +9,11 @@
 //! to take) and hands its state to the server, which swaps it into the
 //! [`Process`], handles it with the same code as a single-threaded
 //! process, swaps it out and hands it back. The waits that would stall
-//! every thread if the server made them, `futex` and the sleeps, the
-//! thread makes itself (on host condition variables, [`Futexes`]), telling
-//! the server only of their start and end for strace and the syscall
-//! observer. Because the fork of a host process keeps only the forking
+//! every thread if the server made them, `futex`, the sleeps and
+//! `epoll_pwait`, the thread makes itself (on host condition variables,
+//! [`Futexes`]; the server only looks at the epoll set, without waiting),
+//! telling the server of their start and end when strace or a syscall
+//! observer watches. Because the fork of a host process keeps only the forking
 //! thread, forks are made by the server: in the child it keeps the
 //! forking guest thread's state and runs it as a single-threaded process.
 //!
@@ -20,9 +21,9 @@
 //! kicks it (its engine returns; a wait ends); a process-directed one
 //! kicks every thread, and the first that does not block it takes it,
 //! as Linux lets any such thread. The server answers one thread at a
-//! time, so a blocking syscall other than these (a `read` of a pipe, an
-//! `epoll_pwait`) holds the others' syscalls until it returns; their
-//! guest code goes on.
+//! time, so a blocking syscall other than these (a `read` of a pipe,
+//! `poll`, `wait4`, `rt_sigsuspend`) holds the others' syscalls until it
+//! returns; their guest code goes on.
 //!
 //! [`Options::host_threads`]: crate::Options::host_threads
 
