@@ -226,8 +226,9 @@ impl PageBytes {
     }
 }
 
-/// An atomic read-modify-write the host does in one instruction (see
-/// [`PageBytes::fetch`]); other updates go through a closure.
+/// An atomic read-modify-write the host does in one instruction where the
+/// operand fits its word ([`super::GuestMemory::atomic_fetch`]); other
+/// updates go through a closure ([`super::GuestMemory::atomic_update`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FetchOp {
     /// `old + operand`, wrapping.
