@@ -510,6 +510,11 @@ impl Server<'_> {
             }
             self.take_directed(&mut running);
             self.process.swap_running(&mut running);
+            // The threads a tgkill may name: the live ones but this one.
+            let me = self.process.threads.tid;
+            let others = &mut self.process.kernel.other_tids;
+            others.clear();
+            others.extend(self.peers.iter().map(|p| p.tid).filter(|&t| t != me));
             let vcpu = running.vcpu;
             if let Some(observer) = self.process.observer.as_mut() {
                 observer.on_vcpu_running(vcpu);
@@ -718,7 +723,7 @@ impl Server<'_> {
             },
         };
         self.start(Box::new(running));
-        self.process.kernel.other_tids = self.peers.iter().map(|p| p.tid).collect();
+        self.process.kernel.other_tids.push(tid);
         Ok(tid)
     }
 }
