@@ -127,6 +127,83 @@ impl Request {
     }
 }
 
+/// Wait queues a futex request acts on: the parked threads of
+/// `threads.rs`, the host queues of [`Futexes`], or none at all (a
+/// single-threaded process).
+pub(crate) trait WaitQueues {
+    /// Wakes up to `n` waiters on `addr` whose bitset meets `bits`, first
+    /// come first woken; returns how many.
+    fn wake(&mut self, addr: u64, n: u32, bits: u32) -> u64;
+    /// Moves up to `n` waiters on `from` to wait on `to`; returns how many.
+    fn requeue(&mut self, from: u64, to: u64, n: u32) -> u64;
+}
+
+/// A single-threaded process's queues: nobody ever waits in them.
+pub(crate) struct NoWaiters;
+
+impl WaitQueues for NoWaiters {
+    fn wake(&mut self, _: u64, _: u32, _: u32) -> u64 {
+        0
+    }
+
+    fn requeue(&mut self, _: u64, _: u64, _: u32) -> u64 {
+        0
+    }
+}
+
+/// Carries out `request` on `queues`, all but the wait itself: `Ok(None)`
+/// for a `Wait` whose word holds its value (the caller queues the waiter,
+/// still holding whatever keeps a waker out meanwhile), else what the call
+/// returns.
+pub(crate) fn answer(
+    request: Request,
+    mem: &mut GuestMemory,
+    queues: &mut impl WaitQueues,
+) -> Result<Option<u64>, i32> {
+    let word =
+        |mem: &mut GuestMemory, a: u64| mem.load(a, 4).map(|v| v as u32).map_err(|_| errno::EFAULT);
+    match request {
+        Request::Wait { addr, val, .. } => {
+            if word(mem, addr)? != val {
+                return Err(errno::EAGAIN);
+            }
+            Ok(None)
+        }
+        Request::Wake { addr, n, bitset } => Ok(Some(queues.wake(addr, n, bitset))),
+        Request::Requeue {
+            addr,
+            n,
+            to,
+            moved,
+            expect,
+        } => {
+            if let Some(expect) = expect
+                && word(mem, addr)? != expect
+            {
+                return Err(errno::EAGAIN);
+            }
+            let woken = queues.wake(addr, n, BITSET_ALL);
+            Ok(Some(woken + queues.requeue(addr, to, moved)))
+        }
+        Request::WakeOp {
+            addr,
+            n,
+            addr2,
+            n2,
+            op,
+        } => {
+            let (old, _) = mem
+                .atomic_update(addr2, 4, |old| u64::from(op.apply(old as u32)))
+                .map_err(|_| errno::EFAULT)?;
+            let mut woken = queues.wake(addr, n, BITSET_ALL);
+            if op.passes(old as u32) {
+                woken += queues.wake(addr2, n2, BITSET_ALL);
+            }
+            Ok(Some(woken))
+        }
+    }
+}
+
 /// `FUTEX_WAKE_OP`'s operation on the second word and its comparison
 /// of the old value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -285,22 +362,13 @@ struct Queued {
     bitset: u32,
 }
 
-/// The futex wait queues of one process, by guest address. A waiter
-/// checks the word and queues itself under the table's lock, and a waker
-/// changes the word before it takes the lock, so no wake is lost.
+/// The host wait queues of one process, by guest address.
 #[derive(Default)]
-pub(crate) struct Futexes {
-    queues: Mutex<HashMap<u64, VecDeque<Queued>>>,
-}
+struct HostQueues(HashMap<u64, VecDeque<Queued>>);
 
-impl Futexes {
-    fn wake_locked(
-        queues: &mut HashMap<u64, VecDeque<Queued>>,
-        addr: u64,
-        n: u32,
-        bits: u32,
-    ) -> u64 {
-        let Some(queue) = queues.get_mut(&addr) else {
+impl WaitQueues for HostQueues {
+    fn wake(&mut self, addr: u64, n: u32, bits: u32) -> u64 {
+        let Some(queue) = self.0.get_mut(&addr) else {
             return 0;
         };
         let mut woken = 0u64;
@@ -316,15 +384,41 @@ impl Futexes {
             }
         }
         if queue.is_empty() {
-            queues.remove(&addr);
+            self.0.remove(&addr);
         }
         woken
     }
 
+    fn requeue(&mut self, from: u64, to: u64, n: u32) -> u64 {
+        let Some(queue) = self.0.get_mut(&from) else {
+            return 0;
+        };
+        let take = (n as usize).min(queue.len());
+        let shifted: Vec<Queued> = queue.drain(..take).collect();
+        if queue.is_empty() {
+            self.0.remove(&from);
+        }
+        let count = shifted.len() as u64;
+        if !shifted.is_empty() {
+            self.0.entry(to).or_default().extend(shifted);
+        }
+        count
+    }
+}
+
+/// The futex wait queues of one process on host threads. A waiter checks
+/// the word and queues itself under the table's lock, and a waker changes
+/// the word before it takes the lock, so no wake is lost.
+#[derive(Default)]
+pub(crate) struct Futexes {
+    queues: Mutex<HostQueues>,
+}
+
+impl Futexes {
     /// Takes `me` out of whatever queue holds it; false if none did (a
     /// wake got there first).
     pub(crate) fn cancel(&self, me: &Arc<Waiter>) -> bool {
-        let mut queues = lock(&self.queues);
+        let queues = &mut lock(&self.queues).0;
         let mut found = None;
         for (addr, queue) in queues.iter_mut() {
             if let Some(i) = queue.iter().position(|q| Arc::ptr_eq(&q.waiter, me)) {
@@ -341,79 +435,24 @@ impl Futexes {
         found.is_some()
     }
 
-    /// Everything but the wait itself: queues `me` for a `Wait`, or
-    /// answers the others. `Ok(None)`: `me` is queued.
+    /// Everything but the wait itself ([`answer`]); a `Wait` whose word
+    /// holds its value queues `me` (`Ok(None)`), under the same lock.
     pub(crate) fn start(
         &self,
         request: Request,
         me: &Arc<Waiter>,
         mem: &mut GuestMemory,
     ) -> Result<Option<u64>, i32> {
-        let word = |mem: &mut GuestMemory, a: u64| {
-            mem.load(a, 4).map(|v| v as u32).map_err(|_| errno::EFAULT)
-        };
         let mut queues = lock(&self.queues);
-        match request {
-            Request::Wait {
-                addr, val, bitset, ..
-            } => {
-                if word(mem, addr)? != val {
-                    return Err(errno::EAGAIN);
-                }
-                me.arm();
-                queues.entry(addr).or_default().push_back(Queued {
-                    waiter: Arc::clone(me),
-                    bitset,
-                });
-                Ok(None)
-            }
-            Request::Wake { addr, n, bitset } => {
-                Ok(Some(Self::wake_locked(&mut queues, addr, n, bitset)))
-            }
-            Request::Requeue {
-                addr,
-                n,
-                to,
-                moved,
-                expect,
-            } => {
-                if let Some(expect) = expect
-                    && word(mem, addr)? != expect
-                {
-                    return Err(errno::EAGAIN);
-                }
-                let woken = Self::wake_locked(&mut queues, addr, n, BITSET_ALL);
-                let mut shifted = Vec::new();
-                if let Some(queue) = queues.get_mut(&addr) {
-                    let take = (moved as usize).min(queue.len());
-                    shifted.extend(queue.drain(..take));
-                    if queue.is_empty() {
-                        queues.remove(&addr);
-                    }
-                }
-                let count = shifted.len() as u64;
-                if !shifted.is_empty() {
-                    queues.entry(to).or_default().extend(shifted);
-                }
-                Ok(Some(woken + count))
-            }
-            Request::WakeOp {
-                addr,
-                n,
-                addr2,
-                n2,
-                op,
-            } => {
-                let (old, _) = mem
-                    .atomic_update(addr2, 4, |old| u64::from(op.apply(old as u32)))
-                    .map_err(|_| errno::EFAULT)?;
-                let mut woken = Self::wake_locked(&mut queues, addr, n, BITSET_ALL);
-                if op.passes(old as u32) {
-                    woken += Self::wake_locked(&mut queues, addr2, n2, BITSET_ALL);
-                }
-                Ok(Some(woken))
-            }
+        let answered = answer(request, mem, &mut *queues)?;
+        if let (None, Request::Wait { addr, bitset, .. }) = (answered, request) {
+            me.arm();
+            queues.0.entry(addr).or_default().push_back(Queued {
+                waiter: Arc::clone(me),
+                bitset,
+            });
         }
+        Ok(answered)
     }
 }
 

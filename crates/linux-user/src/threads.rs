@@ -23,7 +23,7 @@ use tcgkit_riscv::Cpu;
 use tcgkit_tcg_core::{Engine, ExitHandle, GuestMemory, Vcpu};
 
 use crate::abi::errno;
-use crate::futex::{BITSET_ALL, Request};
+use crate::futex::{self, BITSET_ALL, Request, WaitQueues};
 
 use crate::abi::clone::{
     CLONE_CHILD_CLEARTID, CLONE_CHILD_SETTID, CLONE_PARENT_SETTID, CLONE_SETTLS, CLONE_SIGHAND,
@@ -322,62 +322,28 @@ impl Threads {
             Ok(request) => request,
             Err(e) => return Step::Return(neg(e)),
         };
-        let word = |mem: &mut GuestMemory, a: u64| mem.load(a, 4).map(|v| v as u32);
-        match request {
-            Request::Wait {
-                addr,
-                val,
-                bitset,
-                deadline,
-            } => match word(mem, addr) {
-                Err(_) => Step::Return(neg(errno::EFAULT)),
-                Ok(current) if current != val => Step::Return(neg(errno::EAGAIN)),
-                Ok(_) => self.block(
-                    cpu,
-                    Wait {
-                        addr,
-                        bitset,
-                        deadline,
-                        on_timeout: neg(errno::ETIMEDOUT),
-                    },
-                ),
-            },
-            Request::Wake { addr, n, bitset } => Step::Return(self.wake(addr, n, bitset)),
-            Request::Requeue {
-                addr,
-                n,
-                to,
-                moved,
-                expect,
-            } => {
-                if let Some(expect) = expect {
-                    match word(mem, addr) {
-                        Ok(v) if v == expect => {}
-                        Ok(_) => return Step::Return(neg(errno::EAGAIN)),
-                        Err(_) => return Step::Return(neg(errno::EFAULT)),
-                    }
-                }
-                let woken = self.wake(addr, n, BITSET_ALL);
-                let moved = self.requeue(addr, to, moved);
-                Step::Return(woken + moved)
-            }
-            Request::WakeOp {
-                addr,
-                n,
-                addr2,
-                n2,
-                op,
-            } => {
-                let update = |old: u64| u64::from(op.apply(old as u32));
-                let Ok((old, _)) = mem.atomic_update(addr2, 4, update) else {
-                    return Step::Return(neg(errno::EFAULT));
-                };
-                let mut woken = self.wake(addr, n, BITSET_ALL);
-                if op.passes(old as u32) {
-                    woken += self.wake(addr2, n2, BITSET_ALL);
-                }
-                Step::Return(woken)
-            }
+        match (futex::answer(request, mem, self), request) {
+            (Err(e), _) => Step::Return(neg(e)),
+            (Ok(Some(value)), _) => Step::Return(value),
+            (
+                Ok(None),
+                Request::Wait {
+                    addr,
+                    bitset,
+                    deadline,
+                    ..
+                },
+            ) => self.block(
+                cpu,
+                Wait {
+                    addr,
+                    bitset,
+                    deadline,
+                    on_timeout: neg(errno::ETIMEDOUT),
+                },
+            ),
+            // `answer` asks to wait for a `Wait` only.
+            (Ok(None), _) => Step::Return(0),
         }
     }
 
@@ -401,39 +367,6 @@ impl Threads {
         cpu.set_pc(cpu.pc().wrapping_add(4));
         self.wait = Some(wait);
         Step::Blocked
-    }
-
-    /// Wakes up to `n` parked waiters on `addr` whose bitset meets
-    /// `bits`, first come first woken; returns how many.
-    fn wake(&mut self, addr: u64, n: u32, bits: u32) -> u64 {
-        let mut woken = 0u64;
-        for p in &mut self.parked {
-            if woken >= u64::from(n) {
-                break;
-            }
-            if p.wait
-                .is_some_and(|w| w.addr == addr && w.bitset & bits != 0)
-            {
-                p.wait = None;
-                woken += 1;
-            }
-        }
-        woken
-    }
-
-    /// Moves up to `n` waiters on `from` to wait on `to`.
-    fn requeue(&mut self, from: u64, to: u64, n: u32) -> u64 {
-        let mut moved = 0u64;
-        for p in &mut self.parked {
-            if moved >= u64::from(n) {
-                break;
-            }
-            if let Some(w) = p.wait.as_mut().filter(|w| w.addr == from) {
-                w.addr = to;
-                moved += 1;
-            }
-        }
-        moved
     }
 
     /// Makes the next runnable thread the running one, round-robin; the
@@ -518,6 +451,40 @@ impl Threads {
                 None => return false,
             }
         }
+    }
+}
+
+/// The parked threads are the futex queues: a thread waits on the
+/// address in its `wait`.
+impl WaitQueues for Threads {
+    fn wake(&mut self, addr: u64, n: u32, bits: u32) -> u64 {
+        let mut woken = 0u64;
+        for p in &mut self.parked {
+            if woken >= u64::from(n) {
+                break;
+            }
+            if p.wait
+                .is_some_and(|w| w.addr == addr && w.bitset & bits != 0)
+            {
+                p.wait = None;
+                woken += 1;
+            }
+        }
+        woken
+    }
+
+    fn requeue(&mut self, from: u64, to: u64, n: u32) -> u64 {
+        let mut moved = 0u64;
+        for p in &mut self.parked {
+            if moved >= u64::from(n) {
+                break;
+            }
+            if let Some(w) = p.wait.as_mut().filter(|w| w.addr == from) {
+                w.addr = to;
+                moved += 1;
+            }
+        }
+        moved
     }
 }
 

@@ -6,7 +6,7 @@ use tcgkit_tcg_core::GuestMemory;
 
 use super::host_errno;
 use crate::abi::errno;
-use crate::futex::Request;
+use crate::futex::{self, NoWaiters, Request};
 
 type SysResult = Result<u64, i32>;
 
@@ -174,39 +174,22 @@ pub(super) fn getrandom(mem: &mut GuestMemory, buf: u64, len: u64, flags: u64) -
 /// after its timeout, and otherwise sleeps forever as Linux would; WAKE wakes
 /// nobody.
 pub(super) fn futex(mem: &mut GuestMemory, args: [u64; 6]) -> SysResult {
-    let word = |mem: &mut GuestMemory, addr: u64| {
-        mem.load(addr, 4)
-            .map(|v| v as u32)
-            .map_err(|_| errno::EFAULT)
-    };
-    match Request::parse(args, mem)? {
+    let request = Request::parse(args, mem)?;
+    if let Some(value) = futex::answer(request, mem, &mut NoWaiters)? {
+        return Ok(value);
+    }
+    match request {
         Request::Wait {
-            addr,
-            val,
-            deadline,
+            deadline: Some(deadline),
             ..
         } => {
-            if word(mem, addr)? != val {
-                return Err(errno::EAGAIN);
-            }
-            let Some(deadline) = deadline else {
-                loop {
-                    std::thread::sleep(Duration::from_secs(3600));
-                }
-            };
             std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
             Err(errno::ETIMEDOUT)
         }
-        Request::Wake { .. } => Ok(0),
-        Request::Requeue { addr, expect, .. } => match expect {
-            Some(expect) if word(mem, addr)? != expect => Err(errno::EAGAIN),
-            _ => Ok(0),
+        // No deadline, and nobody to wake it.
+        _ => loop {
+            std::thread::sleep(Duration::from_secs(3600));
         },
-        Request::WakeOp { addr2, op, .. } => {
-            mem.atomic_update(addr2, 4, |old| u64::from(op.apply(old as u32)))
-                .map_err(|_| errno::EFAULT)?;
-            Ok(0)
-        }
     }
 }
 
