@@ -263,15 +263,9 @@ impl<W: Fire> MemAccess for WatchedMem<'_, W> {
         update: impl Fn(u64) -> u64,
     ) -> Result<(u64, u64), MemFault> {
         let (old, new) = MemAccess::atomic_update(&mut *self.ctx.mem, addr, size, signed, update)?;
-        for (is_store, value) in [(false, old), (true, new)] {
-            if self.filter.matches(is_store) {
-                self.fire(MemAccessInfo {
-                    addr,
-                    size,
-                    sign_extended: signed && !is_store,
-                    is_store,
-                    value,
-                });
+        for info in atomic_accesses(addr, size, signed, old, new) {
+            if self.filter.matches(info.is_store) {
+                self.fire(info);
             }
         }
         Ok((old, new))
@@ -280,6 +274,18 @@ impl<W: Fire> MemAccess for WatchedMem<'_, W> {
     fn memory(&mut self) -> &mut GuestMemory {
         self.ctx.mem
     }
+}
+
+/// An atomic update as memory actions see it: a load of `old`, then a
+/// store of `new` (as QEMU's plugins see an atomic).
+fn atomic_accesses(addr: u64, size: u8, signed: bool, old: u64, new: u64) -> [MemAccessInfo; 2] {
+    [(false, old), (true, new)].map(|(is_store, value)| MemAccessInfo {
+        addr,
+        size,
+        sign_extended: signed && !is_store,
+        is_store,
+        value,
+    })
 }
 
 /// The low `size` bytes of a stored `value`, as memory actions see it.
@@ -412,14 +418,8 @@ impl MemAccess for InstrumentedMem<'_> {
     ) -> Result<(u64, u64), MemFault> {
         let (old, new) = MemAccess::atomic_update(&mut *self.mem, addr, size, signed, update)?;
         if !self.actions.actions.is_empty() {
-            for (is_store, value) in [(false, old), (true, new)] {
-                self.notify(MemAccessInfo {
-                    addr,
-                    size,
-                    sign_extended: signed && !is_store,
-                    is_store,
-                    value,
-                });
+            for info in atomic_accesses(addr, size, signed, old, new) {
+                self.notify(info);
             }
         }
         Ok((old, new))

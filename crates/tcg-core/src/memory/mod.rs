@@ -280,6 +280,15 @@ fn page_span(addr: u64, len: u64) -> Result<(u64, u64), MemError> {
     Ok((addr >> PAGE_SHIFT, end >> PAGE_SHIFT))
 }
 
+/// An atomic access at `addr` is not aligned to its size (SIGBUS).
+fn misaligned_store(addr: u64) -> MemFault {
+    MemFault {
+        addr,
+        access: AccessKind::Write,
+        kind: MemFaultKind::Misaligned,
+    }
+}
+
 /// First unmapped page number in `[first, end)`, if any.
 fn first_hole(layout: &Layout, first: u64, end: u64) -> Option<u64> {
     let mut expect = first;
@@ -749,17 +758,9 @@ impl GuestMemory {
         size: u8,
         update: impl Fn(u64) -> u64,
     ) -> Result<(u64, u64), MemFault> {
-        let misaligned = MemFault {
-            addr,
-            access: AccessKind::Write,
-            kind: MemFaultKind::Misaligned,
-        };
-        if !addr.is_multiple_of(size_bytes(size) as u64) {
-            return Err(misaligned);
-        }
-        let page = self.lookup(addr, AccessKind::Write)?;
-        page.update((addr & PAGE_MASK) as usize, size, update)
-            .ok_or(misaligned)
+        self.atomic_page(addr, size)?
+            .update((addr & PAGE_MASK) as usize, size, update)
+            .ok_or(misaligned_store(addr))
     }
 
     /// [`GuestMemory::atomic_update`] with `op(old, operand)`, in one host
@@ -771,17 +772,17 @@ impl GuestMemory {
         op: FetchOp,
         operand: u64,
     ) -> Result<(u64, u64), MemFault> {
-        let misaligned = MemFault {
-            addr,
-            access: AccessKind::Write,
-            kind: MemFaultKind::Misaligned,
-        };
+        self.atomic_page(addr, size)?
+            .fetch((addr & PAGE_MASK) as usize, size, op, operand)
+            .ok_or(misaligned_store(addr))
+    }
+
+    /// The page of an atomic access: aligned to its size, writable.
+    fn atomic_page(&mut self, addr: u64, size: u8) -> Result<&PageBytes, MemFault> {
         if !addr.is_multiple_of(size_bytes(size) as u64) {
-            return Err(misaligned);
+            return Err(misaligned_store(addr));
         }
-        let page = self.lookup(addr, AccessKind::Write)?;
-        page.fetch((addr & PAGE_MASK) as usize, size, op, operand)
-            .ok_or(misaligned)
+        self.lookup(addr, AccessKind::Write)
     }
 
     /// Reads a NUL-terminated string at `addr` (the NUL is not included),

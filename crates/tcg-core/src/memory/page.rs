@@ -102,6 +102,17 @@ impl PageBytes {
         true
     }
 
+    /// The word an atomic access of `size` at `off` falls in, the bit
+    /// shift of its bytes there and their count; `None` if `off` is not
+    /// aligned to the size or outside the page.
+    fn atomic_word(&self, off: usize, size: u8) -> Option<(&AtomicU64, usize, usize)> {
+        let n = size_bytes(size);
+        if !off.is_multiple_of(n) {
+            return None;
+        }
+        Some((self.word(off / 8)?, (off % 8) * 8, n))
+    }
+
     /// Atomically replaces the naturally aligned `size` (4 or 8) bytes at
     /// `off` with `update(old)`, `old` zero-extended; returns `(old, new)`
     /// or `None` if `off` is not aligned or outside the page.
@@ -111,12 +122,7 @@ impl PageBytes {
         size: u8,
         update: impl Fn(u64) -> u64,
     ) -> Option<(u64, u64)> {
-        let n = size_bytes(size);
-        if !off.is_multiple_of(n) {
-            return None;
-        }
-        let word = self.word(off / 8)?;
-        let shift = (off % 8) * 8;
+        let (word, shift, n) = self.atomic_word(off, size)?;
         let mask = low_bytes(n) << shift;
         let mut current = word.load(Relaxed);
         loop {
@@ -145,12 +151,7 @@ impl PageBytes {
         op: FetchOp,
         operand: u64,
     ) -> Option<(u64, u64)> {
-        let n = size_bytes(size);
-        if !off.is_multiple_of(n) {
-            return None;
-        }
-        let word = self.word(off / 8)?;
-        let shift = (off % 8) * 8;
+        let (word, shift, n) = self.atomic_word(off, size)?;
         let mask = low_bytes(n) << shift;
         let bits = (operand & low_bytes(n)) << shift;
         let old_word = match (op, n) {
