@@ -7,10 +7,11 @@
 //! where the live reference is required. `TCGKIT_BLESS=1` rewrites those
 //! files from qemu-riscv64.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
 
 mod common;
 use common::{SYSROOT, sysroot_available};
@@ -62,6 +63,10 @@ struct Outcome {
     status: ExitStatus,
 }
 
+/// How long one run may take before it counts as hung (and is killed):
+/// far above the slowest case in a debug build.
+const HUNG_AFTER: Duration = Duration::from_secs(300);
+
 /// Runs `program` on `guest` with a fixed small environment and `stdin`.
 fn execute(program: &str, pre_args: &[&str], guest: &Path, args: &[&str], stdin: &[u8]) -> Outcome {
     let mut child = Command::new(program)
@@ -80,11 +85,46 @@ fn execute(program: &str, pre_args: &[&str], guest: &Path, args: &[&str], stdin:
     if let Some(mut input) = child.stdin.take() {
         input.write_all(stdin).expect("write guest stdin");
     }
-    let out = child.wait_with_output().expect("wait for guest");
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let stdout = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let stderr = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for guest") {
+            break status;
+        }
+        if started.elapsed() > HUNG_AFTER {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "{program} {pre_args:?} {} {args:?}: no end after {HUNG_AFTER:?}",
+                guest.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
     Outcome {
-        stdout: out.stdout,
-        stderr: out.stderr,
-        status: out.status,
+        stdout: stdout.join().expect("stdout reader"),
+        stderr: stderr.join().expect("stderr reader"),
+        status,
     }
 }
 
@@ -100,6 +140,13 @@ fn differential(case: &str, fixture: &str, args: &[&str], stdin: &[u8]) {
 /// and again with its guest threads on host threads.
 fn differential_threaded(case: &str, fixture: &str, args: &[&str], stdin: &[u8]) {
     differential_in(&THREADED_MODES, case, fixture, args, stdin);
+}
+
+/// [`differential`] of a program whose threads wait in the kernel for
+/// each other: only with guest threads on host threads (taking turns, one
+/// thread's wait holds them all).
+fn differential_host_threaded(case: &str, fixture: &str, args: &[&str], stdin: &[u8]) {
+    differential_in(&THREADED_MODES[2..], case, fixture, args, stdin);
 }
 
 fn differential_in(modes: &[&[&str]], case: &str, fixture: &str, args: &[&str], stdin: &[u8]) {
@@ -235,6 +282,13 @@ fn pthreads() {
 /// goes on after the handler), a blocked signal waits for its thread to
 /// unblock it, and a process-directed one finds the thread that does not
 /// block it.
+#[test]
+fn threads_waiting_in_the_kernel() {
+    // A read of a pipe, poll, waitpid, sigsuspend, and a read that a
+    // signal interrupts or restarts, each ended by another thread.
+    differential_host_threaded("thread_waits", "thread_waits", &[], b"");
+}
+
 #[test]
 fn signals_between_threads() {
     differential_threaded("thread_signals", "thread_signals", &[], b"");

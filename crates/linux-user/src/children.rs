@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use rustix::fd::OwnedFd;
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use tcgkit_tcg_core::GuestMemory;
 
@@ -86,6 +86,11 @@ impl ChildSignals {
         let mut drain = [0u8; 64];
         while matches!(rustix::io::read(&self.wake, &mut drain), Ok(n) if n > 0) {}
         true
+    }
+
+    /// Readable once a SIGCHLD arrived (until [`ChildSignals::take`]).
+    pub(crate) fn wake_fd(&self) -> BorrowedFd<'_> {
+        self.wake.as_fd()
     }
 
     /// Sleeps until a SIGCHLD arrives (at once if one came already).

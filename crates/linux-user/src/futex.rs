@@ -6,6 +6,7 @@
 //! ([`Waiter`]).
 
 use std::collections::{HashMap, VecDeque};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -296,11 +297,13 @@ pub(crate) enum Woke {
 }
 
 /// One thread's place to sleep: in a futex queue, a `nanosleep`, or for
-/// the server's answer.
+/// the server's answer; and, with a ring, in a host `poll` (a kick rings
+/// it, so that a poll of host descriptors ends for a signal too).
 #[derive(Default)]
 pub(crate) struct Waiter {
     state: Mutex<WaitState>,
     cv: Condvar,
+    ring: Option<OwnedFd>,
 }
 
 #[derive(Default)]
@@ -310,11 +313,30 @@ struct WaitState {
 }
 
 impl Waiter {
+    /// A waiter whose kicks also ring an eventfd ([`Waiter::ring`]); a plain
+    /// one if the host has no eventfd to give.
+    pub(crate) fn with_ring() -> Waiter {
+        use rustix::event::{EventfdFlags, eventfd};
+        Waiter {
+            ring: eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK).ok(),
+            ..Waiter::default()
+        }
+    }
+
+    /// The descriptor a kick makes readable, to poll beside others.
+    pub(crate) fn ring(&self) -> Option<BorrowedFd<'_>> {
+        self.ring.as_ref().map(AsFd::as_fd)
+    }
+
     /// Before a wait: no wake is pending.
     pub(crate) fn arm(&self) {
         let mut s = lock(&self.state);
         s.woken = false;
         s.kicked = false;
+        if let Some(ring) = &self.ring {
+            let mut count = [0u8; 8];
+            let _ = rustix::io::read(ring, &mut count);
+        }
     }
 
     pub(crate) fn wake(&self) {
@@ -326,6 +348,9 @@ impl Waiter {
     pub(crate) fn kick(&self) {
         lock(&self.state).kicked = true;
         self.cv.notify_one();
+        if let Some(ring) = &self.ring {
+            let _ = rustix::io::write(ring, &1u64.to_ne_bytes());
+        }
     }
 
     pub(crate) fn sleep(&self, deadline: Option<Instant>) -> Woke {

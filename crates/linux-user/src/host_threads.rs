@@ -8,25 +8,27 @@
 //! engine for anything the kernel must see (a syscall, a fault, a signal
 //! to take) and hands its state to the server, which swaps it into the
 //! [`Process`], handles it with the same code as a single-threaded
-//! process, swaps it out and hands it back. The waits that would stall
-//! every thread if the server made them, `futex`, the sleeps and
-//! `epoll_pwait`, the thread makes itself (on host condition variables,
-//! [`Futexes`]; the server only looks at the epoll set, without waiting),
-//! telling the server of their start and end when strace or a syscall
-//! observer watches. Because the fork of a host process keeps only the forking
-//! thread, forks are made by the server: in the child it keeps the
-//! forking guest thread's state and runs it as a single-threaded process.
+//! process, swaps it out and hands it back. The server never waits: the
+//! waits of `futex` and the sleeps the thread makes itself (on host
+//! condition variables, [`Futexes`]), telling the server of their start
+//! and end when strace or a syscall observer watches; a call that would
+//! wait for a descriptor, a child or a signal (`read` of an empty pipe,
+//! `ppoll`, `epoll_pwait`, `wait4`, `rt_sigsuspend`) comes back to its
+//! thread with what it waits for (`blocking.rs`), and the thread waits on
+//! its own and calls again. Because the fork of a host process keeps only
+//! the forking thread, forks are made by the server: in the child it
+//! keeps the forking guest thread's state and runs it as a
+//! single-threaded process.
 //!
 //! Signals: a thread-directed one marks its target's pending set and
 //! kicks it (its engine returns; a wait ends); a process-directed one
 //! kicks every thread, and the first that does not block it takes it,
-//! as Linux lets any such thread. The server answers one thread at a
-//! time, so a blocking syscall other than these (a `read` of a pipe,
-//! `poll`, `wait4`, `rt_sigsuspend`) holds the others' syscalls until it
-//! returns; their guest code goes on.
+//! as Linux lets any such thread; one that finds a thread waiting ends
+//! or restarts its call as Linux would (`SA_RESTART`).
 //!
 //! [`Options::host_threads`]: crate::Options::host_threads
 
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
@@ -40,6 +42,7 @@ use crate::abi::clone::{
     CLONE_THREAD, CLONE_VM,
 };
 use crate::abi::{errno, nr};
+use crate::blocking::Wait;
 use crate::futex::{BITSET_ALL, Futexes, Request, Waiter, Woke};
 use crate::process::{GuestExit, Process};
 
@@ -81,6 +84,9 @@ impl Peer {
 /// What the guest threads share with the server.
 struct Shared {
     futexes: Futexes,
+    /// Readable when a host child changed state (the process's SIGCHLD
+    /// pipe), for threads waiting for a child or a signal.
+    child_wake: Option<OwnedFd>,
     ending: AtomicBool,
     /// Syscalls are watched (strace, a syscall observer): the server must
     /// hear of every one.
@@ -101,8 +107,9 @@ enum Call {
     Check,
     /// `exit` of this thread with this status.
     ThreadExit(u64),
-    /// `epoll_pwait` without waiting: what is ready now.
-    Poll([u64; 6]),
+    /// Make the syscall at the pc, unless it would wait (then say for
+    /// what); `expired`: the wait's timeout has passed, make it anyway.
+    Syscall { expired: bool },
 }
 
 /// What reaches the server: a call, or a thread's state once it is gone.
@@ -122,8 +129,8 @@ enum Verdict {
     Stop,
     /// For `Check`: a signal would interrupt the wait.
     Interrupt(bool),
-    /// For `Poll`: what `epoll_pwait` returned.
-    Polled(u64),
+    /// For `Syscall`: it would wait for this; wait, then call again.
+    Wait(Wait),
 }
 
 struct Reply {
@@ -225,9 +232,87 @@ impl Thread {
             nr::NANOSLEEP => self.sleep(None, args[0], args[1]),
             nr::CLOCK_NANOSLEEP => self.sleep(Some((args[0], args[1])), args[2], args[3]),
             nr::EXIT => self.exit_thread(args[0]),
-            nr::EPOLL_PWAIT => self.epoll_pwait(args),
-            _ => self.ask(Call::Exit(CpuExit::Syscall)).is_some(),
+            _ => self.server_syscall(),
         }
+    }
+
+    /// A syscall the server makes. One that would wait comes back with
+    /// what it waits for: the thread waits for it here (the server goes on
+    /// with the others'), then calls again.
+    fn server_syscall(&mut self) -> bool {
+        // Fixed at the first wait: a timeout counts from the call.
+        let mut deadline = None;
+        let mut expired = false;
+        loop {
+            self.waiter.arm();
+            match self.ask(Call::Syscall { expired }) {
+                None => return false,
+                Some(Verdict::Wait(wait)) => {
+                    if !self.wait_out(wait, &mut deadline, &mut expired) {
+                        return false;
+                    }
+                }
+                Some(_) => return true,
+            }
+        }
+    }
+
+    /// Waits until `wait`'s descriptors are ready, its timeout passes
+    /// (then `expired`), or a kick (a signal: the server looks at it when
+    /// the call is made again); false when the process ends meanwhile.
+    fn wait_out(
+        &mut self,
+        wait: Wait,
+        deadline: &mut Option<Option<Instant>>,
+        expired: &mut bool,
+    ) -> bool {
+        use rustix::event::{PollFd, PollFlags, Timespec};
+        // The server hears of a child's exit (SIGCHLD) only when it looks:
+        // look again now and then, should it have taken the news first.
+        const LOOK_AGAIN: Duration = Duration::from_millis(10);
+        let now = Instant::now();
+        let (fds, until, timed) = match wait {
+            Wait::Ready { fds, timeout } => {
+                let until = *deadline.get_or_insert_with(|| timeout.map(|t| now + t));
+                (fds, until, true)
+            }
+            Wait::Child | Wait::Signal => {
+                let child = self
+                    .shared
+                    .child_wake
+                    .as_ref()
+                    .and_then(|fd| Some((crate::fd::dup_host(fd.as_fd())?, PollFlags::IN)));
+                (child.into_iter().collect(), Some(now + LOOK_AGAIN), false)
+            }
+        };
+        let mut polled: Vec<PollFd<'_>> = fds
+            .iter()
+            .map(|(fd, events)| PollFd::new(fd, *events))
+            .collect();
+        if let Some(ring) = self.waiter.ring() {
+            polled.push(PollFd::from_borrowed_fd(ring, PollFlags::IN));
+        }
+        let span = until.map(|u| {
+            let left = u.saturating_duration_since(now);
+            Timespec {
+                tv_sec: left.as_secs() as i64,
+                tv_nsec: left.subsec_nanos().into(),
+            }
+        });
+        if polled.is_empty() && span.is_none() {
+            // No ring to kick: look again now and then.
+            std::thread::sleep(LOOK_AGAIN);
+        } else {
+            // EINTR (a host signal) is a spurious wake-up like any other.
+            let _ = rustix::event::poll(&mut polled, span.as_ref());
+        }
+        if self.shared.ending.load(Ordering::Acquire) {
+            return false;
+        }
+        if timed && until.is_some_and(|u| Instant::now() >= u) {
+            *expired = true;
+        }
+        true
     }
 
     /// Waits until woken, `deadline` or a signal the thread takes
@@ -246,35 +331,6 @@ impl Thread {
                 woke => return Some(woke),
             }
         }
-    }
-
-    /// `epoll_pwait`: the server looks without waiting (it must not stall
-    /// the others' syscalls), the thread waits a millisecond between two
-    /// looks, until something is ready, the timeout, or a signal.
-    fn epoll_pwait(&mut self, args: [u64; 6]) -> bool {
-        const LOOK_AGAIN: Duration = Duration::from_millis(1);
-        if !self.begin() {
-            return false;
-        }
-        let ms = args[3] as i32;
-        let deadline = (ms >= 0).then(|| Instant::now() + Duration::from_millis(ms as u64));
-        let value = loop {
-            let Some(Verdict::Polled(value)) = self.ask(Call::Poll(args)) else {
-                return false;
-            };
-            let now = Instant::now();
-            if value != 0 || deadline.is_some_and(|d| d <= now) {
-                break value;
-            }
-            let next = now + LOOK_AGAIN;
-            self.waiter.arm();
-            match self.wait(Some(deadline.map_or(next, |d| d.min(next)))) {
-                None => return false,
-                Some(Woke::Kicked) => break neg(errno::EINTR),
-                Some(_) => {}
-            }
-        };
-        self.end(value)
     }
 
     fn futex(&mut self, args: [u64; 6]) -> bool {
@@ -433,10 +489,17 @@ pub(crate) fn serve(process: &mut Process) -> GuestExit {
     });
     process.swap_running(&mut main);
     let reported = process.options.strace || process.observer.is_some();
+    let child_wake = process
+        .child_signals
+        .as_ref()
+        .and_then(|c| crate::fd::dup_host(c.wake_fd()));
+    // The server makes a call that can wait only once it need not.
+    process.kernel.never_wait = true;
     let mut server = Server {
         process,
         shared: Arc::new(Shared {
             futexes: Futexes::default(),
+            child_wake,
             ending: AtomicBool::new(false),
             reported,
         }),
@@ -457,7 +520,7 @@ pub(crate) fn serve(process: &mut Process) -> GuestExit {
 impl Server<'_> {
     /// Starts a host thread for `running`.
     fn start(&mut self, running: Box<Running>) {
-        let waiter = Arc::new(Waiter::default());
+        let waiter = Arc::new(Waiter::with_ring());
         let directed = Arc::new(AtomicU64::new(0));
         self.peers.push(Peer {
             tid: running.tid,
@@ -525,6 +588,7 @@ impl Server<'_> {
             if forked_child {
                 // The fork's child: only this thread exists in it, and
                 // its state is in the process. Run it alone.
+                self.process.kernel.never_wait = false;
                 return self.process.run_until_exit();
             }
             self.route_directed();
@@ -553,6 +617,7 @@ impl Server<'_> {
             };
             let _ = reply.send(Reply { running, verdict });
         }
+        self.process.kernel.never_wait = false;
         // Back to the main thread's state, for what follows the run.
         if let Some(mut main) = self.main.take() {
             self.process.swap_running(&mut main);
@@ -604,6 +669,34 @@ impl Server<'_> {
         let p = &mut *self.process;
         let args = [10, 11, 12, 13, 14, 15].map(|r| p.cpu.x(r));
         let number = p.cpu.x(17);
+        let call = match call {
+            Call::Syscall { expired } => {
+                let wait = if expired {
+                    None
+                } else {
+                    p.would_wait(number, args)
+                };
+                let Some(wait) = wait else {
+                    return self.handle(Call::Exit(CpuExit::Syscall), running);
+                };
+                // A signal pending now, or one that kicked the thread
+                // out of its wait, ends the wait (rt_sigsuspend's mask
+                // was looked at already).
+                let ended = match wait {
+                    Wait::Signal => None,
+                    _ => p.interrupt(number, args),
+                };
+                return match ended {
+                    None => (Verdict::Wait(wait), false),
+                    Some(None) => (Verdict::Go, false),
+                    Some(Some(exit)) => {
+                        self.exit = Some(exit);
+                        (Verdict::Stop, false)
+                    }
+                };
+            }
+            call => call,
+        };
         let ended = match call {
             Call::Exit(CpuExit::ExitRequested) => p.deliver_pending(),
             Call::Exit(exit) => {
@@ -622,13 +715,6 @@ impl Server<'_> {
                 p.finish_syscall(number, &args, value);
                 p.deliver_pending()
             }
-            Call::Poll(args) => {
-                let value = match p.kernel.epoll_pwait(&mut p.mem, args, Some(0)) {
-                    Ok(n) => n,
-                    Err(e) => neg(e),
-                };
-                return (Verdict::Polled(value), false);
-            }
             Call::Check => {
                 let k = &p.kernel;
                 let open = (k.process_pending() | k.thread_pending) & !k.sigmask;
@@ -644,6 +730,8 @@ impl Server<'_> {
                 p.finish_syscall(number, &args, value);
                 p.deliver_pending()
             }
+            // Answered above.
+            Call::Syscall { .. } => None,
             Call::ThreadExit(status) => {
                 let vcpu = running.vcpu;
                 if let Some(observer) = p.observer.as_mut() {

@@ -68,6 +68,7 @@
 #![deny(unsafe_code)]
 
 pub mod abi;
+mod blocking;
 mod children;
 mod error;
 mod fd;

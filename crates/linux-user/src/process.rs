@@ -202,7 +202,7 @@ pub struct Process {
     /// their own and are gone.
     pub(crate) threads_stats: EngineStats,
     /// The host's SIGCHLD, watched from the first fork on.
-    child_signals: Option<ChildSignals>,
+    pub(crate) child_signals: Option<ChildSignals>,
     initial_sp: u64,
     layout: ProgramLayout,
 }

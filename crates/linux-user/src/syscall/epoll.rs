@@ -86,7 +86,7 @@ impl Kernel {
         if !mem.is_range_mapped(events, max * EVENT_SIZE) {
             return Err(errno::EFAULT);
         }
-        let mut ms = timeout as i32;
+        let mut ms = if self.never_wait { 0 } else { timeout as i32 };
         if let Some(cap) = max_block_ms
             && (ms < 0 || ms > cap)
         {

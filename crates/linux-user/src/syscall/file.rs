@@ -34,7 +34,7 @@ fn guest_path(mem: &mut GuestMemory, addr: u64) -> Result<Vec<u8>, i32> {
 }
 
 /// `EFAULT` unless every page of `[addr, addr + len)` is mapped writable.
-fn check_writable(mem: &GuestMemory, addr: u64, len: u64) -> Result<(), i32> {
+pub(super) fn check_writable(mem: &GuestMemory, addr: u64, len: u64) -> Result<(), i32> {
     if len == 0 {
         return Ok(());
     }
@@ -52,13 +52,13 @@ fn check_writable(mem: &GuestMemory, addr: u64, len: u64) -> Result<(), i32> {
     Ok(())
 }
 
-fn read_guest(mem: &mut GuestMemory, addr: u64, len: u64) -> Result<Vec<u8>, i32> {
+pub(super) fn read_guest(mem: &mut GuestMemory, addr: u64, len: u64) -> Result<Vec<u8>, i32> {
     let mut data = vec![0u8; usize::try_from(len).map_err(|_| errno::EFAULT)?];
     mem.read(addr, &mut data).map_err(|_| errno::EFAULT)?;
     Ok(data)
 }
 
-fn put(mem: &mut GuestMemory, addr: u64, data: &[u8]) -> Result<(), i32> {
+pub(super) fn put(mem: &mut GuestMemory, addr: u64, data: &[u8]) -> Result<(), i32> {
     mem.write(addr, data).map_err(|_| errno::EFAULT)
 }
 
@@ -954,80 +954,6 @@ impl Kernel {
         raw.resize(120, 0);
         put(mem, buf, &raw)?;
         Ok(0)
-    }
-
-    /// ppoll: guest descriptors mapped to host ones; the signal mask is
-    /// ignored (no asynchronous signals are delivered).
-    pub(super) fn ppoll(
-        &mut self,
-        mem: &mut GuestMemory,
-        fds: u64,
-        nfds: u64,
-        timeout: u64,
-    ) -> SysResult {
-        use rustix::event::{PollFd, PollFlags, Timespec};
-        const POLLNVAL: u16 = 0x20;
-        if nfds > crate::fd::MAX_FDS as u64 {
-            return Err(errno::EINVAL);
-        }
-        let raw = read_guest(mem, fds, nfds * 8)?;
-        check_writable(mem, fds, nfds * 8)?;
-        let wait = if timeout == 0 {
-            None
-        } else {
-            let sec = mem.load(timeout, 8).map_err(|_| errno::EFAULT)? as i64;
-            let nsec = mem.load(timeout + 8, 8).map_err(|_| errno::EFAULT)? as i64;
-            if sec < 0 || !(0..1_000_000_000).contains(&nsec) {
-                return Err(errno::EINVAL);
-            }
-            Some(Timespec {
-                tv_sec: sec,
-                tv_nsec: nsec as _,
-            })
-        };
-        let mut revents = vec![0u16; nfds as usize];
-        let mut polled = Vec::new();
-        let mut slots = Vec::new();
-        for (i, entry) in raw.chunks_exact(8).enumerate() {
-            let fd = i32::from_le_bytes([entry[0], entry[1], entry[2], entry[3]]);
-            let events = u16::from_le_bytes([entry[4], entry[5]]);
-            if fd < 0 {
-                continue;
-            }
-            match self.fds.get(fd as u64) {
-                Ok(host) => {
-                    polled.push(PollFd::from_borrowed_fd(
-                        host,
-                        PollFlags::from_bits_retain(events),
-                    ));
-                    slots.push(i);
-                }
-                Err(_) => revents[i] = POLLNVAL,
-            }
-        }
-        let invalid = revents.iter().filter(|&&r| r != 0).count();
-        let zero = Timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // With an invalid descriptor the call returns at once, like Linux.
-        let wait = if invalid > 0 {
-            Some(&zero)
-        } else {
-            wait.as_ref()
-        };
-        if !polled.is_empty() || wait.is_some() {
-            rustix::event::poll(&mut polled, wait).map_err(host_errno)?;
-        }
-        for (p, &i) in polled.iter().zip(&slots) {
-            revents[i] = p.revents().bits();
-        }
-        let mut out = raw;
-        for (entry, r) in out.chunks_exact_mut(8).zip(&revents) {
-            entry[6..8].copy_from_slice(&r.to_le_bytes());
-        }
-        put(mem, fds, &out)?;
-        Ok(revents.iter().filter(|&&r| r != 0).count() as u64)
     }
 
     pub(super) fn fsync(&mut self, number: u64, fd: u64) -> SysResult {

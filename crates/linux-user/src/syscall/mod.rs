@@ -9,6 +9,9 @@
 mod epoll;
 mod file;
 mod net;
+mod poll;
+
+pub(crate) use poll::{PollEntry, ppoll_timeout};
 mod system;
 
 pub(crate) use system::sleep_request;
@@ -91,6 +94,10 @@ pub(crate) struct Kernel {
     /// Ids of the process's other threads (signals sent to them are the
     /// process's: see `threads.rs`).
     pub(crate) other_tids: Vec<u32>,
+    /// `ppoll` and `epoll_pwait` return at once, whatever their timeout:
+    /// on host threads the server makes them only once they need not
+    /// wait (`blocking.rs`).
+    pub(crate) never_wait: bool,
 }
 
 /// A guest `struct timespec` at `addr`, validated as Linux does.
@@ -126,6 +133,7 @@ impl Kernel {
             altstack: [0, 2, 0],
             thread_name: Vec::new(),
             other_tids: Vec::new(),
+            never_wait: false,
         }
     }
 
