@@ -80,9 +80,9 @@ pub struct RunArgs {
     /// `TCGKIT_JIT_BACKGROUND` says the same.
     #[arg(long, value_name = "on|off", env = "TCGKIT_JIT_BACKGROUND", value_parser = parse_switch)]
     jit_background: Option<bool>,
-    /// How guest threads run: each on a host thread of its own (`host`),
-    /// or taking turns on one (`turns`, the default while `host` is new);
-    /// `TCGKIT_THREADS` says the same.
+    /// How guest threads run: each on a host thread of its own (`host`,
+    /// the default, as qemu-user runs them), or taking turns on one
+    /// (`turns`); `TCGKIT_THREADS` says the same.
     #[arg(long, value_name = "host|turns", env = "TCGKIT_THREADS", value_parser = parse_threads)]
     threads: Option<bool>,
     #[command(flatten)]
@@ -306,6 +306,12 @@ impl SyscallObserver for SyscallHooks {
 
     fn on_vcpu_start(&mut self, vcpu: u32, cpu: &tcgkit_riscv::Cpu) {
         if let Some(plugins) = &self.plugins {
+            if vcpu == USER_VCPU_ROWS {
+                eprintln!(
+                    "tcgkit: warning: more than {USER_VCPU_ROWS} guest threads at once: \
+                     scoreboards keep no inline counts for vCPU {vcpu} and up"
+                );
+            }
             // QEMU plugins may read the new vCPU's registers in vcpu_init.
             let read = |name: &str| <Rv64 as tcgkit_tcg_core::Frontend>::read_register(cpu, name);
             tcgkit_qemu_plugin::with_registers(&read, || plugins.vcpu_init(vcpu));
@@ -372,8 +378,9 @@ impl SyscallObserver for SyscallHooks {
 
 /// Scoreboard rows in user mode: the guest threads whose inline counts
 /// bundled plugins keep (QEMU's own plugins keep theirs in arrays of their
-/// own, indexed by the vCPU).
-const USER_VCPU_ROWS: u32 = 64;
+/// own, indexed by the vCPU). vCPU indices are taken again as threads
+/// exit (as QEMU numbers them), so this bounds the threads alive at once.
+const USER_VCPU_ROWS: u32 = 256;
 
 /// Runs the guest; returns its exit status, or does not return when a
 /// signal killed it (this process then dies by the same signal).
@@ -417,7 +424,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         .with_strace(args.strace)
         .with_prefix(prefix)
         .with_launcher(Some(std::sync::Arc::new(launcher)))
-        .with_host_threads(args.threads.unwrap_or(false));
+        .with_host_threads(args.threads.unwrap_or(true));
     let mut process = Process::from_image_with_options(image, &guest, &argv, &env, options)
         .map_err(|e| anyhow::anyhow!("cannot run {}: {e}", guest.display()))?;
     // Every module the guest maps (the program, ld.so, its libraries,

@@ -151,8 +151,8 @@ struct Case<'a> {
     /// qemu-riscv64, which needs binfmt_misc for that, host scripts there
     /// that start it on them. The host's /usr/bin and /bin follow.
     on_path: Vec<(&'a str, PathBuf)>,
-    /// The program starts threads: it also runs with each guest thread
-    /// on a host thread of its own (`--threads host`).
+    /// The program starts threads: it also runs with its guest threads
+    /// taking turns on one host thread (`--threads turns`).
     threads: bool,
 }
 
@@ -315,18 +315,16 @@ fn differential(case: &Case) -> Outcome {
 }
 
 /// The execution modes tcgkit runs each case under: the interpreter, and
-/// the JIT compiling every block on its first run; a case with threads
-/// runs both with its guest threads on host threads too.
+/// the JIT compiling every block on its first run (guest threads on host
+/// threads, the default); a case with threads runs both with its guest
+/// threads taking turns on one host thread too.
 const MODES: [(&str, &[&str]); 4] = [
     ("interp", &["--jit", "off"]),
     ("jit", &["--jit", "on", "--jit-threshold", "0"]),
+    ("interp-turns", &["--jit", "off", "--threads", "turns"]),
     (
-        "interp-host-threads",
-        &["--jit", "off", "--threads", "host"],
-    ),
-    (
-        "jit-host-threads",
-        &["--jit", "on", "--jit-threshold", "0", "--threads", "host"],
+        "jit-turns",
+        &["--jit", "on", "--jit-threshold", "0", "--threads", "turns"],
     ),
 ];
 

@@ -163,10 +163,11 @@ fn differential_in(modes: &[&[&str]], case: &str, fixture: &str, args: &[&str], 
 /// JIT compiling every block on its first run.
 const MODES: [&[&str]; 2] = [&["--jit", "off"], &["--jit", "on", "--jit-threshold", "0"]];
 
-/// [`MODES`], then both with each guest thread on a host thread.
+/// [`MODES`] with each guest thread on a host thread (the default), then
+/// both with the threads taking turns on one.
 const THREADED_MODES: [&[&str]; 4] = [
-    MODES[0],
-    MODES[1],
+    &["--jit", "off", "--threads", "turns"],
+    &["--jit", "on", "--jit-threshold", "0", "--threads", "turns"],
     &["--jit", "off", "--threads", "host"],
     &["--jit", "on", "--jit-threshold", "0", "--threads", "host"],
 ];

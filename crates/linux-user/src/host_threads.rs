@@ -67,6 +67,7 @@ pub(crate) struct Running {
 /// What the server knows of a live thread, to reach it.
 struct Peer {
     tid: u32,
+    vcpu: u32,
     exit: ExitHandle,
     flush: FlushHandle,
     waiter: Arc<Waiter>,
@@ -442,7 +443,6 @@ struct Server<'p> {
     peers: Vec<Peer>,
     to_server: Sender<ToServer>,
     inbox: Receiver<ToServer>,
-    next_vcpu: u32,
     /// Threads started and not gone yet.
     live: usize,
     /// The main thread's state, once it is gone.
@@ -506,7 +506,6 @@ pub(crate) fn serve(process: &mut Process) -> GuestExit {
         peers: Vec::new(),
         to_server,
         inbox,
-        next_vcpu: 1,
         live: 0,
         main: None,
         main_tid,
@@ -524,6 +523,7 @@ impl Server<'_> {
         let directed = Arc::new(AtomicU64::new(0));
         self.peers.push(Peer {
             tid: running.tid,
+            vcpu: running.vcpu,
             exit: running.engine.exit_handle(),
             flush: running.engine.flush_handle(),
             waiter: Arc::clone(&waiter),
@@ -780,8 +780,9 @@ impl Server<'_> {
         }
         // Past the ecall, as the parent will be.
         cpu.set_pc(p.cpu.pc().wrapping_add(4));
-        let vcpu = self.next_vcpu;
-        self.next_vcpu += 1;
+        // As QEMU numbers them: one past the highest of the live threads,
+        // so an exited thread's index is taken again.
+        let vcpu = self.peers.iter().map(|p| p.vcpu + 1).max().unwrap_or(0);
         let engine = match &p.options.engine_factory {
             Some(make) => make(vcpu),
             None => {

@@ -98,7 +98,7 @@ pub trait SyscallObserver: Send {
 }
 
 /// Options of a guest process.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 #[non_exhaustive]
 pub struct Options {
     /// Print each syscall on stderr like `qemu-riscv64 -strace`.
@@ -111,13 +111,25 @@ pub struct Options {
     /// `execve` fails with `ENOEXEC`, as under qemu-user without
     /// binfmt_misc. Host programs are executed directly either way.
     pub launcher: Option<Arc<dyn Launcher>>,
-    /// Run each guest thread on a host thread of its own (`host_threads.rs`)
-    /// rather than taking turns on one. Off by default while it is new.
+    /// Run each guest thread on a host thread of its own (`host_threads.rs`,
+    /// the default) rather than taking turns on one (`threads.rs`).
     pub host_threads: bool,
     /// Makes the engine of each guest thread after the first, given its
     /// vCPU index (with host threads); without one a thread's engine is a
     /// plain one with the first engine's JIT configuration.
     pub engine_factory: Option<Arc<EngineFactory>>,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            strace: false,
+            prefix: None,
+            launcher: None,
+            host_threads: true,
+            engine_factory: None,
+        }
+    }
 }
 
 impl std::fmt::Debug for Options {
