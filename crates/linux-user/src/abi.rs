@@ -118,6 +118,7 @@ pub mod nr {
     pub const MSYNC: u64 = 227;
     pub const MADVISE: u64 = 233;
     pub const ACCEPT4: u64 = 242;
+    pub const RISCV_FLUSH_ICACHE: u64 = 259;
     pub const PRLIMIT64: u64 = 261;
     pub const RENAMEAT2: u64 = 276;
     pub const GETRANDOM: u64 = 278;
@@ -229,6 +230,7 @@ pub fn syscall_name(number: u64) -> Option<&'static str> {
         MSYNC => "msync",
         MADVISE => "madvise",
         ACCEPT4 => "accept4",
+        RISCV_FLUSH_ICACHE => "riscv_flush_icache",
         PRLIMIT64 => "prlimit64",
         RENAMEAT2 => "renameat2",
         GETRANDOM => "getrandom",

@@ -288,6 +288,7 @@ impl Kernel {
             nr::GETCPU => system::getcpu(mem, a0, a1),
             nr::SIGALTSTACK => self.sigaltstack(mem, a0, a1),
             nr::PRCTL => self.prctl(mem, a0, a1),
+            nr::RISCV_FLUSH_ICACHE => self.flush_icache(a0, a1),
             nr::SCHED_GETAFFINITY => system::sched_getaffinity(mem, a0, a1, a2),
             nr::SCHED_YIELD => {
                 std::thread::yield_now();
@@ -397,6 +398,19 @@ impl Kernel {
             self.code_changes.push(range);
         }
         value
+    }
+
+    /// `riscv_flush_icache(start, end, flags)`: code written to memory is
+    /// to run. `fence.i` makes it so on its own hart; this call on every
+    /// hart, so the blocks of the range are dropped by every thread's
+    /// engine (`SYS_RISCV_FLUSH_ICACHE_LOCAL`, for the caller alone, does
+    /// the same: more than asked is still correct). Flags Linux does not
+    /// know are not refused (EINVAL there): qemu-riscv64 takes them too.
+    fn flush_icache(&mut self, start: u64, end: u64) -> Result<u64, i32> {
+        if end > start {
+            self.code_changes.push((start, end - start));
+        }
+        Ok(0)
     }
 
     fn kill(&mut self, number: u64, a0: u64, a1: u64, signal: u64) -> Outcome {

@@ -674,3 +674,17 @@ fn unix_sockets_roundtrip() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn riscv_flush_icache_drops_the_range_from_every_engine() {
+    let mut s = Setup::new();
+    assert_eq!(s.ret(nr::RISCV_FLUSH_ICACHE, &[0x1000, 0x3000, 0]), 0);
+    assert_eq!(s.kernel.code_changes.last(), Some(&(0x1000, 0x2000)));
+    // SYS_RISCV_FLUSH_ICACHE_LOCAL, and (as qemu-riscv64) unknown flags.
+    assert_eq!(s.ret(nr::RISCV_FLUSH_ICACHE, &[0x1000, 0x2000, 1]), 0);
+    assert_eq!(s.ret(nr::RISCV_FLUSH_ICACHE, &[0x1000, 0x2000, 2]), 0);
+    // An empty range drops nothing.
+    let before = s.kernel.code_changes.len();
+    assert_eq!(s.ret(nr::RISCV_FLUSH_ICACHE, &[0x2000, 0x2000, 0]), 0);
+    assert_eq!(s.kernel.code_changes.len(), before);
+}
