@@ -291,6 +291,13 @@ fn threads_waiting_in_the_kernel() {
 }
 
 #[test]
+fn forks_while_other_threads_run() {
+    // Each child maps memory and mallocs: with a lock another thread held
+    // at the fork, it would hang there.
+    differential_threaded("fork_threads", "fork_threads", &["50"], b"");
+}
+
+#[test]
 fn signals_between_threads() {
     differential_threaded("thread_signals", "thread_signals", &[], b"");
 }

@@ -29,9 +29,9 @@
 //! [`Options::host_threads`]: crate::Options::host_threads
 
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use tcgkit_riscv::{Cpu, Rv64};
@@ -73,6 +73,9 @@ struct Peer {
     waiter: Arc<Waiter>,
     /// Signals sent to this thread alone, not yet taken (bit `n - 1`).
     directed: Arc<AtomicU64>,
+    /// The thread may hold a lock: it runs, rather than waiting for the
+    /// server or in a wait of its own ([`Pause`]).
+    busy: Arc<AtomicBool>,
 }
 
 impl Peer {
@@ -82,8 +85,50 @@ impl Peer {
     }
 }
 
+/// Stops every thread where it holds no lock, for a fork: the child keeps
+/// only the forking thread, and a lock another thread held (the address
+/// space's, a plugin's, stdout's) would stay taken in it for good. A
+/// thread is busy but where it waits for the server or in a wait of its
+/// own; before it goes busy again it looks whether a pause is on, and if
+/// so waits for its end. (The server looks at the busy flags after it
+/// raised the pause, the threads at the pause after they raised their
+/// flags: sequentially consistent, one of the two sees the other.)
+#[derive(Default)]
+struct Pause {
+    on: AtomicBool,
+    lock: Mutex<()>,
+    over: Condvar,
+}
+
+impl Pause {
+    /// The thread runs from here on (unless a pause is on: it waits).
+    fn go_busy(&self, busy: &AtomicBool) {
+        loop {
+            busy.store(true, Ordering::SeqCst);
+            if !self.on.load(Ordering::SeqCst) {
+                return;
+            }
+            busy.store(false, Ordering::SeqCst);
+            let mut guard = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
+            while self.on.load(Ordering::SeqCst) {
+                guard = self
+                    .over
+                    .wait(guard)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
+        }
+    }
+
+    fn end(&self) {
+        self.on.store(false, Ordering::SeqCst);
+        let _guard = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
+        self.over.notify_all();
+    }
+}
+
 /// What the guest threads share with the server.
 struct Shared {
+    pause: Pause,
     futexes: Futexes,
     /// Readable when a host child changed state (the process's SIGCHLD
     /// pipe), for threads waiting for a child or a signal.
@@ -143,6 +188,7 @@ struct Reply {
 struct Thread {
     running: Option<Box<Running>>,
     shared: Arc<Shared>,
+    busy: Arc<AtomicBool>,
     waiter: Arc<Waiter>,
     to_server: Sender<ToServer>,
     reply_tx: SyncSender<Reply>,
@@ -159,10 +205,16 @@ impl Thread {
             running,
             reply: self.reply_tx.clone(),
         };
-        if self.to_server.send(message).is_err() {
+        // Busy until the message is in: a fork must not find it half sent.
+        let sent = self.to_server.send(message);
+        self.busy.store(false, Ordering::SeqCst);
+        if sent.is_err() {
+            self.shared.pause.go_busy(&self.busy);
             return None;
         }
-        let reply = self.reply_rx.recv().ok()?;
+        let reply = self.reply_rx.recv().ok();
+        self.shared.pause.go_busy(&self.busy);
+        let reply = reply?;
         self.running = Some(reply.running);
         match reply.verdict {
             Verdict::Stop => None,
@@ -200,6 +252,7 @@ impl Thread {
     /// The thread's life: run guest code, ask the server, until the
     /// thread exits or the process ends; then hand its state back.
     fn run(mut self) {
+        self.shared.pause.go_busy(&self.busy);
         while !self.shared.ending.load(Ordering::Acquire) {
             let Some(r) = self.running() else { break };
             // Out of `run` the engine runs no block: a plugin reset need
@@ -218,6 +271,7 @@ impl Thread {
         if let Some(running) = self.running.take() {
             let _ = self.to_server.send(ToServer::Gone(running));
         }
+        self.busy.store(false, Ordering::SeqCst);
     }
 
     /// A syscall: the ones that wait are made here, the rest by the server.
@@ -300,6 +354,7 @@ impl Thread {
                 tv_nsec: left.subsec_nanos().into(),
             }
         });
+        self.busy.store(false, Ordering::SeqCst);
         if polled.is_empty() && span.is_none() {
             // No ring to kick: look again now and then.
             std::thread::sleep(LOOK_AGAIN);
@@ -307,6 +362,7 @@ impl Thread {
             // EINTR (a host signal) is a spurious wake-up like any other.
             let _ = rustix::event::poll(&mut polled, span.as_ref());
         }
+        self.shared.pause.go_busy(&self.busy);
         if self.shared.ending.load(Ordering::Acquire) {
             return false;
         }
@@ -320,7 +376,10 @@ impl Thread {
     /// (`Kicked`); `None` when the process ends meanwhile.
     fn wait(&mut self, deadline: Option<Instant>) -> Option<Woke> {
         loop {
-            match self.waiter.sleep(deadline) {
+            self.busy.store(false, Ordering::SeqCst);
+            let woke = self.waiter.sleep(deadline);
+            self.shared.pause.go_busy(&self.busy);
+            match woke {
                 Woke::Kicked => {
                     if self.shared.ending.load(Ordering::Acquire) {
                         return None;
@@ -498,6 +557,7 @@ pub(crate) fn serve(process: &mut Process) -> GuestExit {
     let mut server = Server {
         process,
         shared: Arc::new(Shared {
+            pause: Pause::default(),
             futexes: Futexes::default(),
             child_wake,
             ending: AtomicBool::new(false),
@@ -516,11 +576,12 @@ pub(crate) fn serve(process: &mut Process) -> GuestExit {
     server.run()
 }
 
-impl Server<'_> {
+impl<'p> Server<'p> {
     /// Starts a host thread for `running`.
     fn start(&mut self, running: Box<Running>) {
         let waiter = Arc::new(Waiter::with_ring());
         let directed = Arc::new(AtomicU64::new(0));
+        let busy = Arc::new(AtomicBool::new(true));
         self.peers.push(Peer {
             tid: running.tid,
             vcpu: running.vcpu,
@@ -528,11 +589,13 @@ impl Server<'_> {
             flush: running.engine.flush_handle(),
             waiter: Arc::clone(&waiter),
             directed,
+            busy: Arc::clone(&busy),
         });
         let (reply_tx, reply_rx) = sync_channel(1);
         let thread = Thread {
             running: Some(running),
             shared: Arc::clone(&self.shared),
+            busy,
             waiter,
             to_server: self.to_server.clone(),
             reply_tx,
@@ -584,12 +647,22 @@ impl Server<'_> {
             }
             let code_before = self.process.code_generation;
             let pending_before = self.process.kernel.process_pending();
+            let forks = matches!(call, Call::Syscall { .. } | Call::Exit(CpuExit::Syscall))
+                && self.process.cpu.x(17) == nr::CLONE
+                && self.process.cpu.x(10) & CLONE_THREAD == 0;
+            if forks {
+                self.pause_others();
+            }
             let (verdict, forked_child) = self.handle(call, &mut running);
+            if forks && !forked_child {
+                self.shared.pause.end();
+            }
             if forked_child {
                 // The fork's child: only this thread exists in it, and
                 // its state is in the process. Run it alone.
-                self.process.kernel.never_wait = false;
-                return self.process.run_until_exit();
+                let process = self.abandon();
+                process.kernel.never_wait = false;
+                return process.run_until_exit();
             }
             self.route_directed();
             if self.process.code_generation != code_before {
@@ -642,6 +715,40 @@ impl Server<'_> {
                     .fetch_or(1u64 << (sig.number() - 1), Ordering::AcqRel);
                 peer.kick();
             }
+        }
+    }
+
+    /// In a fork's child, where the other threads do not exist: what they
+    /// shared with the server is left as the fork found it, never dropped
+    /// (a drop could wait on a lock or message no thread will finish).
+    fn abandon(self) -> &'p mut Process {
+        let Server {
+            process,
+            shared,
+            peers,
+            to_server,
+            inbox,
+            main,
+            ..
+        } = self;
+        std::mem::forget((shared, peers, to_server, inbox, main));
+        process
+    }
+
+    /// Before a fork: every other thread stops where it holds no lock
+    /// ([`Pause`]). One that does not stop within a second (its engine
+    /// deaf to the request, which should not be) is not waited for.
+    fn pause_others(&self) {
+        const AT_MOST: Duration = Duration::from_secs(1);
+        let me = self.process.threads.tid;
+        self.shared.pause.on.store(true, Ordering::SeqCst);
+        let others = || self.peers.iter().filter(move |p| p.tid != me);
+        for peer in others() {
+            peer.exit.request_exit();
+        }
+        let since = Instant::now();
+        while others().any(|p| p.busy.load(Ordering::SeqCst)) && since.elapsed() < AT_MOST {
+            std::thread::sleep(Duration::from_micros(50));
         }
     }
 
