@@ -16,7 +16,8 @@
 //! `ppoll`, `epoll_pwait`, `wait4`, `rt_sigsuspend`) comes back to its
 //! thread with what it waits for (`blocking.rs`), and the thread waits on
 //! its own and calls again. Because the fork of a host process keeps only
-//! the forking thread, forks are made by the server: in the child it
+//! the forking thread, forks are made by the server, once every other
+//! thread has stopped where it holds no lock ([`Pause`]): in the child it
 //! keeps the forking guest thread's state and runs it as a
 //! single-threaded process.
 //!
