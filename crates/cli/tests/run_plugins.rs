@@ -327,10 +327,12 @@ fn counts_are_the_same_in_both_execution_modes() {
 fn every_guest_thread_is_counted_on_its_own_vcpu() {
     // The main thread, four workers, a detached thread, a spinner and three
     // at a barrier: ten threads. On host threads they get vCPU indices as
-    // QEMU gives them, one past the highest of the live threads: five
-    // (qemu-riscv64's insn plugin shows cpu 0 to 4); taking turns, each
-    // thread has its own: ten. Inline and callback counts, per vCPU, add
-    // up to what the engines executed in the same run.
+    // QEMU gives them, one past the highest of the live threads, so the
+    // indices of exited threads are taken again (qemu-riscv64's insn
+    // plugin shows cpu 0 to 4; how many depends on which threads are
+    // alive when another starts); taking turns, each thread has its own:
+    // ten. Inline and callback counts, per vCPU, add up to what the
+    // engines executed in the same run.
     let specs = ["insn,inline=true", "insn,inline=false", "bb,inline=true"];
     for (spec, threads) in specs.into_iter().flat_map(|s| [(s, "turns"), (s, "host")]) {
         let (stdout, stats, report) = run_with_options(&["--threads", threads], &[spec], "threads");
@@ -345,8 +347,11 @@ fn every_guest_thread_is_counted_on_its_own_vcpu() {
                 .collect()
         };
         let rows = insns_of("cpu ");
-        let vcpus = if threads == "host" { 5 } else { 10 };
-        assert_eq!(rows.len(), vcpus, "{spec} {threads}: {report}");
+        if threads == "host" {
+            assert!((5..10).contains(&rows.len()), "{spec} {threads}: {report}");
+        } else {
+            assert_eq!(rows.len(), 10, "{spec} {threads}: {report}");
+        }
         // Each worker adds 200000 numbers: more instructions than that.
         assert!(rows[1..5].iter().all(|&n| n > 200_000), "{spec}: {report}");
         assert_eq!(rows.iter().sum::<u64>(), engine, "{spec}: {report}");

@@ -846,6 +846,10 @@ impl<'p> Server<'p> {
                     observer.on_vcpu_exit(vcpu);
                 }
                 self.last_status = status as u8;
+                // Gone for the others now (its host thread ends soon): its
+                // vCPU index is free, a tgkill of it finds no thread.
+                let me = p.threads.tid;
+                self.peers.retain(|peer| peer.tid != me);
                 if self.live == 1 {
                     // The last thread: the process exits with its status.
                     self.exit = Some(GuestExit::Exited(status as u8));
