@@ -7,11 +7,10 @@
 //! where the live reference is required. `TCGKIT_BLESS=1` rewrites those
 //! files from qemu-riscv64.
 
-use std::io::{Read, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod common;
 use common::{SYSROOT, sysroot_available};
@@ -57,11 +56,7 @@ fn recorded(case: &str) -> (PathBuf, PathBuf) {
     )
 }
 
-struct Outcome {
-    stdout: Vec<u8>,
-    stderr: Vec<u8>,
-    status: ExitStatus,
-}
+use common::Finished as Outcome;
 
 /// How long one run may take before it counts as hung (and is killed):
 /// far above the slowest case in a debug build.
@@ -69,7 +64,7 @@ const HUNG_AFTER: Duration = Duration::from_secs(300);
 
 /// Runs `program` on `guest` with a fixed small environment and `stdin`.
 fn execute(program: &str, pre_args: &[&str], guest: &Path, args: &[&str], stdin: &[u8]) -> Outcome {
-    let mut child = Command::new(program)
+    let child = Command::new(program)
         .args(pre_args)
         .arg(guest)
         .args(args)
@@ -82,50 +77,9 @@ fn execute(program: &str, pre_args: &[&str], guest: &Path, args: &[&str], stdin:
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start {program}: {e}"));
-    if let Some(mut input) = child.stdin.take() {
-        input.write_all(stdin).expect("write guest stdin");
-    }
-    let drain = |pipe: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            if let Some(mut pipe) = pipe {
-                let _ = pipe.read_to_end(&mut bytes);
-            }
-            bytes
-        })
-    };
-    let stdout = drain(
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let stderr = drain(
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for guest") {
-            break status;
-        }
-        if started.elapsed() > HUNG_AFTER {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "{program} {pre_args:?} {} {args:?}: no end after {HUNG_AFTER:?}",
-                guest.display()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    Outcome {
-        stdout: stdout.join().expect("stdout reader"),
-        stderr: stderr.join().expect("stderr reader"),
-        status,
-    }
+    common::finish(child, stdin.to_vec(), HUNG_AFTER, || {
+        format!("{program} {pre_args:?} {} {args:?}", guest.display())
+    })
 }
 
 /// Runs the fixture, statically linked and then dynamically linked (from
