@@ -29,7 +29,7 @@
 //!
 //! [`Options::host_threads`]: crate::Options::host_threads
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
@@ -327,24 +327,22 @@ impl Thread {
         // look again now and then, should it have taken the news first.
         const LOOK_AGAIN: Duration = Duration::from_millis(10);
         let now = Instant::now();
+        // SIGCHLD's pipe turns readable on news of a child.
+        let on_child_news = matches!(wait, Wait::Child | Wait::Signal);
         let (fds, until, timed) = match wait {
             Wait::Ready { fds, timeout } => {
                 let until = *deadline.get_or_insert_with(|| timeout.map(|t| now + t));
                 (fds, until, true)
             }
-            Wait::Child | Wait::Signal => {
-                let child = self
-                    .shared
-                    .child_wake
-                    .as_ref()
-                    .and_then(|fd| Some((crate::fd::dup_host(fd.as_fd())?, PollFlags::IN)));
-                (child.into_iter().collect(), Some(now + LOOK_AGAIN), false)
-            }
+            Wait::Child | Wait::Signal => (Vec::new(), Some(now + LOOK_AGAIN), false),
         };
         let mut polled: Vec<PollFd<'_>> = fds
             .iter()
             .map(|(fd, events)| PollFd::new(fd, *events))
             .collect();
+        if let (true, Some(child)) = (on_child_news, &self.shared.child_wake) {
+            polled.push(PollFd::new(child, PollFlags::IN));
+        }
         if let Some(ring) = self.waiter.ring() {
             polled.push(PollFd::from_borrowed_fd(ring, PollFlags::IN));
         }
