@@ -306,12 +306,6 @@ impl SyscallObserver for SyscallHooks {
 
     fn on_vcpu_start(&mut self, vcpu: u32, cpu: &tcgkit_riscv::Cpu) {
         if let Some(plugins) = &self.plugins {
-            if vcpu == USER_VCPU_ROWS {
-                eprintln!(
-                    "tcgkit: warning: more than {USER_VCPU_ROWS} guest threads at once: \
-                     scoreboards keep no inline counts for vCPU {vcpu} and up"
-                );
-            }
             // QEMU plugins may read the new vCPU's registers in vcpu_init.
             let read = |name: &str| <Rv64 as tcgkit_tcg_core::Frontend>::read_register(cpu, name);
             tcgkit_qemu_plugin::with_registers(&read, || plugins.vcpu_init(vcpu));
@@ -376,11 +370,10 @@ impl SyscallObserver for SyscallHooks {
     }
 }
 
-/// Scoreboard rows in user mode: the guest threads whose inline counts
-/// bundled plugins keep (QEMU's own plugins keep theirs in arrays of their
-/// own, indexed by the vCPU). vCPU indices are taken again as threads
-/// exit (as QEMU numbers them), so this bounds the threads alive at once.
-const USER_VCPU_ROWS: u32 = 256;
+/// Scoreboard rows a plugin's board is made with in user mode, as QEMU
+/// allocates them (16, "avoid frequent reallocation"); a guest thread's
+/// vCPU past them grows every board it writes.
+const USER_VCPU_ROWS: u32 = 16;
 
 /// Runs the guest; returns its exit status, or does not return when a
 /// signal killed it (this process then dies by the same signal).

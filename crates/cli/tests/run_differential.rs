@@ -252,6 +252,14 @@ fn forks_while_other_threads_run() {
 }
 
 #[test]
+fn many_threads_alive_at_once() {
+    // Two barriers keep 40 threads alive together; 100 threads with a
+    // smaller stack each (glibc's thread cache, clone's stacks reused).
+    differential_threaded("many_threads", "many_threads", &[], b"");
+    differential_threaded("many_threads_100", "many_threads", &["100", "2000"], b"");
+}
+
+#[test]
 fn signals_between_threads() {
     differential_threaded("thread_signals", "thread_signals", &[], b"");
 }

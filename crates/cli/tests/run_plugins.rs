@@ -360,6 +360,54 @@ fn every_guest_thread_is_counted_on_its_own_vcpu() {
 }
 
 #[test]
+fn scoreboards_grow_for_threads_past_their_first_rows() {
+    // 40 threads alive at once, beside the main thread: past the 16 rows
+    // a plugin's scoreboards are made with. Every vCPU's row counts, in
+    // both ways of running threads and both JIT modes, and the rows add
+    // up to what the engines executed; the cache simulator makes each
+    // vCPU's caches at its first access and sees every access the `mem`
+    // plugin counts.
+    let modes = [
+        ("host", "on"),
+        ("host", "off"),
+        ("turns", "on"),
+        ("turns", "off"),
+    ];
+    let plugin_sets: [&[&str]; 2] = [
+        &["insn,inline=true", "cache", "mem,inline=true"],
+        &["bb,inline=true"],
+    ];
+    for ((threads, jit), plugins) in modes
+        .into_iter()
+        .flat_map(|mode| plugin_sets.map(|set| (mode, set)))
+    {
+        let options = ["--threads", threads, "--jit", jit];
+        let (stdout, stats, report) = run_with_options(&options, plugins, "many_threads");
+        let case = format!("{plugins:?}, {threads}, jit {jit}");
+        assert!(
+            stdout.ends_with("40 threads, total 179778720576\n"),
+            "{case}: {stdout}"
+        );
+        let rows: Vec<u64> = report
+            .lines()
+            .filter(|l| l.starts_with("cpu "))
+            .map(|l| number_after(l, "insns:"))
+            .collect();
+        assert_eq!(rows.len(), 41, "{case}: {report}");
+        // Each thread adds 20000 numbers: more instructions than that.
+        assert!(rows.iter().all(|&n| n > 20_000), "{case}: {report}");
+        let engine = number_after(&stats, "tcgkit: ");
+        assert_eq!(rows.iter().sum::<u64>(), engine, "{case}: {report}");
+        if plugins.contains(&"cache") {
+            let accesses = number_after(&report, "total accesses:");
+            let mut lines = report.lines().skip_while(|l| !l.contains("dmem accesses"));
+            let cache = lines.nth(1).expect("the cache's totals");
+            assert_eq!(number_after(cache, ""), accesses, "{case}: {report}");
+        }
+    }
+}
+
+#[test]
 fn resets_from_threads_keep_every_count() {
     // `reset` resets itself from a block callback every N instructions,
     // whichever guest thread runs then, and counts on through each

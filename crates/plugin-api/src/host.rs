@@ -30,9 +30,8 @@ pub struct GuestInfo {
     pub arch: String,
     /// True under full-system emulation, false for user mode (linux-user).
     pub system_emulation: bool,
-    /// Number of vCPUs, or in user mode the most whose counts are kept
-    /// (scoreboards get one row per vCPU; a guest thread's vCPU past the
-    /// rows counts nothing, as a vCPU past a QEMU plugin's array).
+    /// Number of vCPUs, or in user mode the rows a scoreboard is made
+    /// with: boards grow a row for each guest thread's vCPU past them.
     pub vcpus: u32,
     /// The program a user-mode guest runs, where the embedder knows it
     /// (`tcgkit run` does); `None` under system emulation, as QEMU's

@@ -125,8 +125,9 @@ pub use engine::{
 pub use frontend::{CpuExit, DecodeError, Decoded, Flow, Frontend, MemAccess, sign_extend};
 pub use instrument::{
     Action, CallbackContext, CallbackFn, Compare, Condition, InlineKind, InlineOp, InsnCallback,
-    InsnInfo, InsnPlan, Instrumentation, MemAccessInfo, MemAction, MemCallback, MemCallbackFn,
-    MemFilter, RegisterFree, Registers, Scoreboard, ScoreboardEntry, TbPlan, TbView,
+    InsnInfo, InsnPlan, Instrumentation, MAX_SCOREBOARD_ROWS, MemAccessInfo, MemAction,
+    MemCallback, MemCallbackFn, MemFilter, RegisterFree, Registers, Scoreboard, ScoreboardEntry,
+    TbPlan, TbView,
 };
 pub use jit::{IrBuilder, JitConfig, JitError};
 pub use memory::{

@@ -1521,7 +1521,7 @@ fn scoreboards_and_callbacks_see_each_vcpus_index() {
     });
     let mut one = engine.new_vcpu();
     let mut two = engine.new_vcpu();
-    let mut three = engine.new_vcpu(); // index 3: outside the board, ignored
+    let mut three = engine.new_vcpu(); // index 3: past the board, grown
     for which in [1, 2, 2, 3] {
         let vcpu = match which {
             1 => &mut one,
@@ -1536,8 +1536,9 @@ fn scoreboards_and_callbacks_see_each_vcpus_index() {
         (board.get(0, 0), board.get(1, 0), board.get(2, 0)),
         (0, per_run, 2 * per_run)
     );
-    assert_eq!(board.get(3, 0), 0);
-    assert_eq!(board.sum(0), 3 * per_run);
+    assert_eq!(board.get(3, 0), per_run);
+    assert_eq!(board.sum(0), 4 * per_run);
+    assert_eq!(board.vcpus(), 6, "a segment of three rows grown");
     assert_eq!(*vcpus_seen.lock().unwrap(), [1, 2, 3].into_iter().collect());
     assert_eq!(
         engine.stats().tbs_translated,

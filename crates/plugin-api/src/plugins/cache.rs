@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use tcgkit_tcg_core::MemFilter;
 
@@ -184,10 +184,18 @@ struct VcpuCaches {
     dcache: Cache,
 }
 
+/// The most vCPUs whose caches are simulated: a guest thread's vCPU past
+/// them is not (its accesses count as hits). Caches are made at a vCPU's
+/// first access, so only the vCPUs that run cost memory.
+const MAX_SIMULATED_VCPUS: usize = 1024;
+
 /// The `cache` plugin.
 pub struct CacheSim {
     limit: usize,
-    caches: Vec<VcpuCaches>,
+    /// Empty caches of the configured geometry, copied for each vCPU.
+    template: VcpuCaches,
+    /// By vCPU index, each made at its vCPU's first access.
+    caches: Box<[OnceLock<VcpuCaches>]>,
     insns: Mutex<HashMap<u64, Arc<InsnRecord>>>,
 }
 
@@ -231,15 +239,14 @@ impl CacheSim {
             })
         };
         let (i, d) = (geometry("i")?, geometry("d")?);
-        let vcpus = guest.vcpus.max(1) as usize;
+        let vcpus = (guest.vcpus as usize).max(MAX_SIMULATED_VCPUS);
         Ok(CacheSim {
             limit: args.u64_in("limit", 32, 1..=1 << 20)? as usize,
-            caches: (0..vcpus)
-                .map(|_| VcpuCaches {
-                    icache: i.empty_copy(),
-                    dcache: d.empty_copy(),
-                })
-                .collect(),
+            template: VcpuCaches {
+                icache: i,
+                dcache: d,
+            },
+            caches: (0..vcpus).map(|_| OnceLock::new()).collect(),
             insns: Mutex::new(HashMap::new()),
         })
     }
@@ -247,7 +254,7 @@ impl CacheSim {
     /// Accesses and misses over all vCPUs.
     pub fn totals(&self) -> CacheTotals {
         let mut t = CacheTotals::default();
-        for c in &self.caches {
+        for c in self.caches.iter().filter_map(OnceLock::get) {
             t.data_accesses += c.dcache.accesses();
             t.data_misses += c.dcache.misses();
             t.insn_accesses += c.icache.accesses();
@@ -256,11 +263,17 @@ impl CacheSim {
         t
     }
 
-    /// Runs `access` on `vcpu`'s caches; true on a hit, and for a vCPU
-    /// past those the plugin was built for (nothing simulated, no miss).
+    /// Runs `access` on `vcpu`'s caches, made at its first access; true
+    /// on a hit, and for a vCPU past [`MAX_SIMULATED_VCPUS`] (nothing
+    /// simulated, no miss).
     #[inline]
     fn access(&self, vcpu: u32, access: impl FnOnce(&VcpuCaches) -> bool) -> bool {
-        self.caches.get(vcpu as usize).is_none_or(access)
+        self.caches.get(vcpu as usize).is_none_or(|caches| {
+            access(caches.get_or_init(|| VcpuCaches {
+                icache: self.template.icache.empty_copy(),
+                dcache: self.template.dcache.empty_copy(),
+            }))
+        })
     }
 
     fn top(&self, pick: impl Fn(&InsnRecord) -> u64) -> Vec<(u64, Arc<InsnRecord>)> {

@@ -527,3 +527,40 @@ pub extern "C" fn qemu_plugin_entry_code() -> u64 {
         .and_then(|h| h.guest().program.as_ref().map(|p| p.entry))
         .unwrap_or(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A C plugin keeps the pointers `qemu_plugin_scoreboard_find` gave it
+    /// (QEMU's own plugins do, in their vcpu_init callbacks): a board that
+    /// grows rows for vCPUs started later must not move the earlier ones.
+    #[test]
+    fn elements_found_stay_put_while_later_vcpus_grow_the_board() {
+        // No plugin is installing: a board of one row, as for one vCPU.
+        let score = qemu_plugin_scoreboard_new(16);
+        // SAFETY: `score` is live until freed at the end; each element
+        // found is 16 bytes, two u64s, written as a plugin writes them.
+        unsafe {
+            let first = qemu_plugin_scoreboard_find(score, 0).cast::<u64>();
+            *first = 5;
+            let later = qemu_plugin_scoreboard_find(score, 40).cast::<u64>();
+            assert!(!later.is_null());
+            *later.add(1) = 7;
+            for vcpu in 1..300 {
+                assert!(!qemu_plugin_scoreboard_find(score, vcpu).is_null());
+            }
+            assert_eq!(qemu_plugin_scoreboard_find(score, 0).cast(), first);
+            assert_eq!(qemu_plugin_scoreboard_find(score, 40).cast(), later);
+            let second = abi::U64Entry { score, offset: 8 };
+            qemu_plugin_u64_add(second, 299, 3);
+            qemu_plugin_u64_set(second, 1000, 4);
+            assert_eq!((*first, *later.add(1)), (5, 7));
+            assert_eq!(qemu_plugin_u64_get(second, 299), 3);
+            assert_eq!(qemu_plugin_u64_sum(second), 7 + 3 + 4);
+            let head = abi::U64Entry { score, offset: 0 };
+            assert_eq!(qemu_plugin_u64_sum(head), 5);
+            qemu_plugin_scoreboard_free(score);
+        }
+    }
+}

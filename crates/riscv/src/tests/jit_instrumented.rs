@@ -227,6 +227,18 @@ fn program() -> Vec<u32> {
 }
 
 fn run(jit: JitConfig, every: u64, request: u8, inlined: bool, free: bool) -> Outcome {
+    run_on(0, jit, every, request, inlined, free)
+}
+
+/// [`run`] on vCPU `vcpu`; the board's counts are that vCPU's.
+fn run_on(
+    vcpu: u32,
+    jit: JitConfig,
+    every: u64,
+    request: u8,
+    inlined: bool,
+    free: bool,
+) -> Outcome {
     let bytes: Vec<u8> = program().iter().flat_map(|w| w.to_le_bytes()).collect();
     let mut mem = GuestMemory::new();
     mem.map(CODE, 0x4000, Perms::READ | Perms::EXEC).unwrap();
@@ -237,6 +249,7 @@ fn run(jit: JitConfig, every: u64, request: u8, inlined: bool, free: bool) -> Ou
     cpu.set_pc(CODE);
     let watch = Arc::new(Watch::new(every, request, inlined, free));
     let mut engine = Engine::new(Rv64::new());
+    engine.set_vcpu_index(vcpu);
     engine.set_jit(jit).unwrap();
     engine.set_instrumentation(Some(Arc::clone(&watch) as Arc<dyn Instrumentation>));
     let exit = engine.run(&mut cpu, &mut mem);
@@ -247,7 +260,7 @@ fn run(jit: JitConfig, every: u64, request: u8, inlined: bool, free: bool) -> Ou
         regs: (0..32).map(|i| cpu.x(i)).collect(),
         insns: stats.insns_executed,
         log,
-        board: [watch.board.get(0, 0), watch.board.get(0, 1)],
+        board: [watch.board.get(vcpu, 0), watch.board.get(vcpu, 1)],
         compiled_runs: stats.compiled_blocks_executed,
     }
 }
@@ -305,6 +318,23 @@ fn compiled_plans_see_what_the_interpreter_sees() {
     }
 }
 
+/// A vCPU with no row on the board when its blocks were compiled (a guest
+/// thread started after the plugin made its board): compiled inline
+/// operations grow its row and count what vCPU 0's count.
+#[test]
+fn compiled_inline_operations_of_a_later_vcpu_grow_the_board() {
+    for inlined in [false, true] {
+        let first = run_on(0, JitConfig::on(0), 0, 0, inlined, true);
+        for vcpu in [1, 2, 37] {
+            let later = run_on(vcpu, JitConfig::on(0), 0, 0, inlined, true);
+            assert_eq!(later.board, first.board, "vCPU {vcpu}");
+            assert_eq!(later.log, first.log, "vCPU {vcpu}");
+            assert!(later.compiled_runs > 50, "{}", later.compiled_runs);
+        }
+        assert!(first.board.iter().all(|&n| n > 0), "{:?}", first.board);
+    }
+}
+
 #[test]
 fn reinstrumenting_from_compiled_code_never_runs_stale_code() {
     for every in [1, 7, 40] {
@@ -355,7 +385,7 @@ fn blocks_inside_interpreted_runs_get_compiled() {
         enc::ECALL,
     ];
     let bytes: Vec<u8> = code.iter().flat_map(|w| w.to_le_bytes()).collect();
-    let count = |jit: JitConfig| {
+    let count = |jit: JitConfig, vcpu: u32| {
         let mut mem = GuestMemory::new();
         mem.map(CODE, 0x4000, Perms::READ | Perms::EXEC).unwrap();
         mem.write_initial(CODE, &bytes).unwrap();
@@ -365,19 +395,28 @@ fn blocks_inside_interpreted_runs_get_compiled() {
             board: Arc::new(Scoreboard::new(1, 1)),
         });
         let mut engine = Engine::new(Rv64::new());
+        engine.set_vcpu_index(vcpu);
         engine.set_jit(jit).unwrap();
         engine.set_instrumentation(Some(Arc::clone(&counter) as Arc<dyn Instrumentation>));
         engine.run(&mut cpu, &mut mem);
-        (counter.board.get(0, 0), cpu.x(7), engine.stats())
+        let board = &counter.board;
+        assert_eq!(board.sum(0), board.get(vcpu, 0), "only vCPU {vcpu} counted");
+        (board.get(vcpu, 0), cpu.x(7), engine.stats())
     };
-    let (interp_blocks, interp_x7, _) = count(JitConfig::OFF);
+    let (interp_blocks, interp_x7, _) = count(JitConfig::OFF, 0);
     let config = JitConfig {
         enabled: true,
         threshold: 5,
         background: false,
     };
-    let (blocks, x7, stats) = count(config);
+    let (blocks, x7, stats) = count(config, 0);
     assert_eq!((blocks, x7), (interp_blocks, interp_x7));
+    // A vCPU past the board's first row (a thread started later): its
+    // tallies, compiled and interpreted, grow the board and count the same.
+    for vcpu in [1, 9, 1000] {
+        assert_eq!(count(config, vcpu).0, interp_blocks, "vCPU {vcpu}");
+        assert_eq!(count(JitConfig::OFF, vcpu).0, interp_blocks, "vCPU {vcpu}");
+    }
     assert!(stats.blocks_compiled >= 3, "{stats:?}");
     assert!(
         stats.compiled_blocks_executed > 400,

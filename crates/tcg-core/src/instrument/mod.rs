@@ -40,7 +40,7 @@ pub use callback::{
 pub(crate) use callback::{NoRegisters, Requests};
 pub use plan::{Action, Compare, Condition, InlineOp, InsnPlan, MemAction, MemFilter, TbPlan};
 pub(crate) use plan::{MAX_PLAN_ACTIONS, PlanData, PlanTables};
-pub use scoreboard::{InlineKind, Scoreboard, ScoreboardEntry};
+pub use scoreboard::{InlineKind, MAX_SCOREBOARD_ROWS, Scoreboard, ScoreboardEntry};
 
 /// Decides what each translated block carries. Implemented by the plugin layer.
 pub trait Instrumentation: Send + Sync {

@@ -10,8 +10,17 @@
 //! board on every call.
 
 use std::fmt;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+/// The most vCPU rows a board grows to: vCPU indices are reused as guest
+/// threads exit (as QEMU numbers them), so this bounds the threads alive at
+/// once, far past what a host runs. Operations on rows past it are ignored.
+pub const MAX_SCOREBOARD_ROWS: usize = 1 << 20;
+
+/// Grown segments: segment `k` holds `base << k` rows, so 21 of them cover
+/// [`MAX_SCOREBOARD_ROWS`] rows from any first segment.
+const SEGMENTS: usize = 21;
 
 /// Per-vCPU `u64` counters owned by an instrumentation, updated by inline
 /// operations without a call.
@@ -23,47 +32,92 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// returns) sees every add made before it; inline adds of blocks without
 /// callbacks may reach readers on other threads in batches, at most 4096
 /// instructions late.
+///
+/// A board grows with the vCPUs, as QEMU's do: it is made with rows for the
+/// vCPUs known then, and a vCPU past them gets a row at its first write
+/// (or [`Scoreboard::row`]). Rows never move once made, so a row's address
+/// stays valid for the board's life: grown rows live in segments of their
+/// own, each twice the size of the one before, instead of a reallocated
+/// array (QEMU reallocates, and flushes every block to forget the old
+/// address).
+///
+/// ```
+/// use tcgkit_tcg_core::Scoreboard;
+/// let board = Scoreboard::new(2, 1); // 2 counters for 1 vCPU
+/// board.add(0, 1, 5);
+/// board.add(40, 1, 2); // a vCPU started later: its row is made now
+/// assert_eq!((board.get(40, 1), board.sum(1)), (2, 7));
+/// assert!(board.vcpus() > 40);
+/// ```
 pub struct Scoreboard {
     slots: usize,
-    vcpus: usize,
+    /// Rows of the first segment, `cells`.
+    first_rows: usize,
     /// Shared with the board's entries, which reach their cells directly.
     cells: Arc<[AtomicU64]>,
+    /// Rows past the first segment, made on demand (empty for a board
+    /// whose rows cannot hold an index, see [`Scoreboard::new`]).
+    grown: Box<[OnceLock<Box<[AtomicU64]>>]>,
+    /// Bit `k` set once grown segment `k` is made: a sum looks past the
+    /// first segment only if a bit is set.
+    grown_mask: AtomicU32,
 }
 
 impl fmt::Debug for Scoreboard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Scoreboard")
             .field("slots", &self.slots)
-            .field("vcpus", &self.vcpus)
+            .field("vcpus", &self.vcpus())
             .finish()
     }
 }
 
+/// Where a grown row is: its segment, and its first cell in it.
+#[derive(Clone, Copy)]
+struct GrownRow {
+    segment: usize,
+    start: usize,
+}
+
 impl Scoreboard {
-    /// A zeroed scoreboard of `slots` entries for each of `vcpus` vCPUs.
-    /// Operations on vCPU indices `>= vcpus` are ignored. A board of 2^32
-    /// entries per vCPU or more holds nothing (every operation on it is
-    /// ignored): a cell's index then always fits in 64 bits.
+    /// A zeroed scoreboard of `slots` entries for each of `vcpus` vCPUs; it
+    /// grows a row for each vCPU past them that writes (up to
+    /// [`MAX_SCOREBOARD_ROWS`]). A board of 2^32 entries per vCPU or more
+    /// holds nothing (every operation on it is ignored): a cell's index then
+    /// always fits in 64 bits.
     pub fn new(slots: usize, vcpus: usize) -> Self {
-        let cells = if u32::try_from(slots).is_ok() {
+        let holds = u32::try_from(slots).is_ok();
+        let cells = if holds {
             slots.saturating_mul(vcpus)
         } else {
             0
         };
         let cells = (0..cells).map(|_| AtomicU64::new(0)).collect();
+        let grown = if holds && slots > 0 {
+            (0..SEGMENTS).map(|_| OnceLock::new()).collect()
+        } else {
+            Box::default()
+        };
         Scoreboard {
             slots,
-            vcpus,
+            first_rows: vcpus,
             cells,
+            grown,
+            grown_mask: AtomicU32::new(0),
         }
     }
     /// Entries per vCPU.
     pub fn slots(&self) -> usize {
         self.slots
     }
-    /// Number of vCPU rows.
+    /// Number of vCPU rows it has now: those it was made with, and those
+    /// grown since (a grown segment counts whole).
     pub fn vcpus(&self) -> usize {
-        self.vcpus
+        let base = self.first_rows.max(1);
+        match self.grown_mask.load(Ordering::Acquire) {
+            0 => self.first_rows,
+            mask => self.first_rows + base * ((1 << (32 - mask.leading_zeros())) - 1),
+        }
     }
     #[inline(always)]
     fn cell(&self, vcpu: u32, slot: usize) -> Option<&AtomicU64> {
@@ -73,31 +127,95 @@ impl Scoreboard {
         self.cell_in_row(vcpu, slot)
     }
     /// The cell of `slot` in `vcpu`'s row, for a `slot` known to be inside
-    /// the row: the index is then in range exactly when `vcpu` is, so one
-    /// bounds check does for both (measured: the `insn` plugin's callback 2
-    /// host instructions fewer). With fewer than 2^32 slots (see
-    /// [`Scoreboard::new`]) the index cannot overflow 64 bits; where usize
-    /// is narrower, one too large is no index.
+    /// the row: the index is then in the first segment exactly when `vcpu`
+    /// is, so one bounds check does for both (measured: the `insn` plugin's
+    /// callback 2 host instructions fewer); a row past it is grown, off the
+    /// hot path. With fewer than 2^32 slots (see [`Scoreboard::new`]) the
+    /// index cannot overflow 64 bits; where usize is narrower, one too large
+    /// is no index.
     #[inline(always)]
     fn cell_in_row(&self, vcpu: u32, slot: usize) -> Option<&AtomicU64> {
         let index = u64::from(vcpu)
             .wrapping_mul(self.slots as u64)
             .wrapping_add(slot as u64);
-        self.cells.get(usize::try_from(index).ok()?)
+        match usize::try_from(index).ok().and_then(|i| self.cells.get(i)) {
+            Some(cell) => Some(cell),
+            None => self.grown_cell(vcpu, slot),
+        }
     }
-    /// `vcpu`'s row of cells (`None` past the board): what a C plugin's
+    /// Where `vcpu`'s row is past the first segment (`None` inside it or
+    /// past [`MAX_SCOREBOARD_ROWS`]).
+    fn grown_row(&self, vcpu: u32) -> Option<GrownRow> {
+        let row = usize::try_from(vcpu).ok()?;
+        if row >= MAX_SCOREBOARD_ROWS || self.grown.is_empty() {
+            return None;
+        }
+        let base = self.first_rows.max(1);
+        let past = row.checked_sub(self.first_rows)?;
+        // Segment k starts `base * (2^k - 1)` rows past the first segment.
+        let segment = (past / base + 1).ilog2() as usize;
+        let first_of_segment = base * ((1 << segment) - 1);
+        Some(GrownRow {
+            segment,
+            start: (past - first_of_segment) * self.slots,
+        })
+    }
+    /// The cells of a grown row, made if `make` and not there yet.
+    fn grown_cells(&self, at: GrownRow, make: bool) -> Option<&[AtomicU64]> {
+        let segment = self.grown.get(at.segment)?;
+        let cells = match segment.get() {
+            Some(cells) => cells,
+            None if make => segment.get_or_init(|| {
+                let rows = self.first_rows.max(1) << at.segment;
+                let cells = (0..rows * self.slots).map(|_| AtomicU64::new(0)).collect();
+                self.grown_mask.fetch_or(1 << at.segment, Ordering::Release);
+                cells
+            }),
+            None => return None,
+        };
+        cells.get(at.start..at.start + self.slots)
+    }
+    /// `slot` of `vcpu`'s row past the first segment, the row made if
+    /// missing: the cold path of every write.
+    #[cold]
+    #[inline(never)]
+    fn grown_cell(&self, vcpu: u32, slot: usize) -> Option<&AtomicU64> {
+        self.grown_cells(self.grown_row(vcpu)?, true)?.get(slot)
+    }
+    /// Value of `slot` of a grown row, without making it (0 if missing).
+    #[cold]
+    #[inline(never)]
+    fn grown_value(&self, vcpu: u32, slot: usize) -> u64 {
+        self.grown_row(vcpu)
+            .and_then(|at| self.grown_cells(at, false))
+            .and_then(|row| row.get(slot))
+            .map_or(0, |c| c.load(Ordering::Relaxed))
+    }
+    /// `vcpu`'s row of cells, made if the board had none for it yet
+    /// (`None` past [`MAX_SCOREBOARD_ROWS`]): what a C plugin's
     /// `qemu_plugin_scoreboard_find` points into, its element laid over the
-    /// row's `slots` 8-byte cells.
+    /// row's `slots` 8-byte cells. The row never moves.
     pub fn row(&self, vcpu: u32) -> Option<&[AtomicU64]> {
         let start = usize::try_from(vcpu).ok()?.checked_mul(self.slots)?;
-        self.cells.get(start..start.checked_add(self.slots)?)
+        match self.cells.get(start..start.checked_add(self.slots)?) {
+            Some(row) => Some(row),
+            None => self.grown_cells(self.grown_row(vcpu)?, true),
+        }
     }
     /// Value of `slot` for `vcpu` (0 if out of range).
     // Inlined across crates: plugin callbacks call these per instruction.
     #[inline]
     pub fn get(&self, vcpu: u32, slot: usize) -> u64 {
-        self.cell(vcpu, slot)
-            .map_or(0, |c| c.load(Ordering::Relaxed))
+        if slot >= self.slots {
+            return 0;
+        }
+        let index = u64::from(vcpu)
+            .wrapping_mul(self.slots as u64)
+            .wrapping_add(slot as u64);
+        match usize::try_from(index).ok().and_then(|i| self.cells.get(i)) {
+            Some(cell) => cell.load(Ordering::Relaxed),
+            None => self.grown_value(vcpu, slot),
+        }
     }
     /// Sets `slot` of `vcpu` to `value`.
     #[inline]
@@ -119,7 +237,11 @@ impl Scoreboard {
         // eighth session). A reference, because LLVM merges two indexed
         // paths back into one.
         let cell = if vcpu == 0 {
-            self.cells.get(slot).filter(|_| slot < self.slots)
+            match self.cells.get(slot).filter(|_| slot < self.slots) {
+                Some(cell) => Some(cell),
+                // A board made with no rows, or a slot past the row.
+                None => self.cell(vcpu, slot),
+            }
         } else {
             self.cell(vcpu, slot)
         };
@@ -141,7 +263,26 @@ impl Scoreboard {
             sum = sum.wrapping_add(cell.load(Ordering::Relaxed));
             index += self.slots;
         }
+        if self.grown_mask.load(Ordering::Relaxed) != 0 {
+            sum = sum.wrapping_add(self.grown_sum(slot));
+        }
         sum
+    }
+    /// Sum of `slot` over the grown rows.
+    #[cold]
+    #[inline(never)]
+    fn grown_sum(&self, slot: usize) -> u64 {
+        let column = |cells: &[AtomicU64]| {
+            cells
+                .iter()
+                .skip(slot)
+                .step_by(self.slots)
+                .fold(0u64, |sum, c| sum.wrapping_add(c.load(Ordering::Relaxed)))
+        };
+        self.grown
+            .iter()
+            .filter_map(OnceLock::get)
+            .fold(0u64, |sum, cells| sum.wrapping_add(column(cells)))
     }
     /// Entry `slot` of every vCPU's row, checked once here (`None` past the
     /// row) so that each operation through it costs one bounds check: for
@@ -168,14 +309,12 @@ impl Scoreboard {
     #[inline(always)]
     pub(crate) fn apply_in_row(&self, vcpu: u32, slot: usize, op: InlineKind) {
         if let Some(c) = self.cell_in_row(vcpu, slot) {
-            match op {
-                InlineKind::Add(imm) => add_to(c, imm),
-                InlineKind::Store(imm) => c.store(imm, Ordering::Relaxed),
-            }
+            apply_to(c, op);
         }
     }
-    /// The address of the first cell, the cells per row and the rows that
-    /// exist: what compiled code adds to a cell through (`jit::codegen`).
+    /// The address of the first cell, the cells per row and the rows of the
+    /// first segment: what compiled code adds to a cell through
+    /// (`jit::codegen`); it calls [`Scoreboard::apply`] for a vCPU past them.
     pub(crate) fn layout(&self) -> (usize, usize, usize) {
         let rows = self.cells.len().checked_div(self.slots).unwrap_or(0);
         (self.cells.as_ptr() as usize, self.slots, rows)
@@ -183,11 +322,17 @@ impl Scoreboard {
     #[inline(always)]
     pub(crate) fn apply(&self, vcpu: u32, slot: usize, op: InlineKind) {
         if let Some(c) = self.cell(vcpu, slot) {
-            match op {
-                InlineKind::Add(imm) => add_to(c, imm),
-                InlineKind::Store(imm) => c.store(imm, Ordering::Relaxed),
-            }
+            apply_to(c, op);
         }
+    }
+}
+
+/// `op` on a scoreboard cell.
+#[inline(always)]
+fn apply_to(cell: &AtomicU64, op: InlineKind) {
+    match op {
+        InlineKind::Add(imm) => add_to(cell, imm),
+        InlineKind::Store(imm) => cell.store(imm, Ordering::Relaxed),
     }
 }
 
@@ -202,8 +347,8 @@ fn add_to(cell: &AtomicU64, value: u64) {
 }
 
 /// One entry of every vCPU's row of a [`Scoreboard`], made by
-/// [`Scoreboard::entry`]: QEMU's `qemu_plugin_u64`. Operations on vCPU
-/// indices past the board are ignored, as the board's own are.
+/// [`Scoreboard::entry`]: QEMU's `qemu_plugin_u64`. A write for a vCPU
+/// with no row yet grows the board, as the board's own do.
 #[derive(Clone, Debug)]
 pub struct ScoreboardEntry {
     board: Arc<Scoreboard>,
@@ -227,7 +372,10 @@ impl ScoreboardEntry {
         let index = u64::from(vcpu)
             .wrapping_mul(self.stride)
             .wrapping_add(self.slot as u64);
-        self.cells.get(usize::try_from(index).ok()?)
+        match usize::try_from(index).ok().and_then(|i| self.cells.get(i)) {
+            Some(cell) => Some(cell),
+            None => self.board.grown_cell(vcpu, self.slot),
+        }
     }
     /// Adds `value` (wrapping) to `vcpu`'s value; only `vcpu`'s own thread
     /// should, as for [`Scoreboard::add`].
@@ -237,10 +385,16 @@ impl ScoreboardEntry {
             add_to(c, value);
         }
     }
-    /// `vcpu`'s value (0 past the board).
+    /// `vcpu`'s value (0 for a vCPU with no row yet).
     #[inline]
     pub fn get(&self, vcpu: u32) -> u64 {
-        self.cell(vcpu).map_or(0, |c| c.load(Ordering::Relaxed))
+        let index = u64::from(vcpu)
+            .wrapping_mul(self.stride)
+            .wrapping_add(self.slot as u64);
+        match usize::try_from(index).ok().and_then(|i| self.cells.get(i)) {
+            Some(cell) => cell.load(Ordering::Relaxed),
+            None => self.board.grown_value(vcpu, self.slot),
+        }
     }
     /// Sets `vcpu`'s value.
     #[inline]
@@ -285,35 +439,108 @@ mod tests {
         assert_eq!(row.len(), 3);
         assert_eq!(row[2].load(Ordering::Relaxed), 9);
         assert_eq!(board.row(0).map(<[AtomicU64]>::len), Some(3));
-        assert!(board.row(2).is_none(), "past the board");
+        assert_eq!(board.vcpus(), 2, "no row grown by reads");
     }
 
     #[test]
-    fn entries_are_checked_once_and_ignore_vcpus_past_the_board() {
+    fn boards_grow_a_row_for_each_vcpu_that_writes() {
+        let board = Scoreboard::new(3, 2);
+        assert_eq!(board.get(2, 0), 0, "a read makes no row");
+        assert_eq!(board.vcpus(), 2);
+        // Segments of 2, 4, 8, ... rows follow the first two.
+        board.add(2, 1, 5); // segment 0: rows 2 and 3
+        assert_eq!(board.vcpus(), 4);
+        board.set(9, 2, 7); // segment 2: rows 8 to 15 (segment 1 absent)
+        assert_eq!(board.vcpus(), 16);
+        board.apply(5, 0, InlineKind::Add(3)); // segment 1: rows 4 to 7
+        board.add_in_row(15, 0, 1);
+        board.apply_in_row(16, 0, InlineKind::Store(4)); // segment 3
+        assert_eq!(board.vcpus(), 32);
+        let values = [(2, 1, 5), (9, 2, 7), (5, 0, 3), (15, 0, 1), (16, 0, 4)];
+        for (vcpu, slot, value) in values {
+            assert_eq!(board.get(vcpu, slot), value, "vcpu {vcpu} slot {slot}");
+        }
+        // No row shares a cell with another's.
+        let written: usize = (0..32)
+            .map(|v| (0..3).filter(|&s| board.get(v, s) != 0).count())
+            .sum();
+        assert_eq!(written, values.len());
+        assert_eq!((board.sum(0), board.sum(1), board.sum(2)), (8, 5, 7));
+        // A grown row never moves: a C plugin's pointer into it stays good.
+        let before = board.row(9).expect("grown").as_ptr();
+        for vcpu in 16..200 {
+            board.add(vcpu, 0, 1);
+        }
+        assert_eq!(board.row(9).expect("grown").as_ptr(), before);
+        assert_eq!(board.sum(0), 3 + 1 + 4 + 184);
+    }
+
+    #[test]
+    fn a_board_made_for_no_vcpus_grows_from_vcpu_0() {
+        let board = Scoreboard::new(2, 0);
+        assert_eq!((board.get(0, 0), board.sum(0), board.vcpus()), (0, 0, 0));
+        board.add(0, 1, 4);
+        board.add(0, 2, 100); // past the row: nothing
+        board.add(3, 0, 2);
+        assert_eq!((board.get(0, 1), board.get(3, 0)), (4, 2));
+        assert_eq!((board.sum(0), board.sum(1), board.sum(2)), (2, 4, 0));
+        assert_eq!(board.vcpus(), 7, "segments of 1, 2 and 4 rows");
+    }
+
+    #[test]
+    fn rows_stop_at_the_limit() {
+        let board = Scoreboard::new(1, 1);
+        let last = (MAX_SCOREBOARD_ROWS - 1) as u32;
+        board.add(last + 1, 0, 1);
+        board.add(u32::MAX, 0, 1);
+        assert!(board.row(last + 1).is_none());
+        assert_eq!(board.vcpus(), 1, "nothing grown past the limit");
+        board.add(last, 0, 9);
+        assert_eq!((board.get(last, 0), board.sum(0)), (9, 9));
+        assert_eq!(board.vcpus(), MAX_SCOREBOARD_ROWS);
+    }
+
+    #[test]
+    fn entries_are_checked_once_and_grow_the_board() {
         let board = Arc::new(Scoreboard::new(2, 3));
         assert!(board.entry(2).is_none(), "past the row");
         let entry = board.entry(1).expect("inside the row");
         entry.add(0, 5);
         entry.add(2, 7);
-        entry.add(3, 100); // no row 3: not even row 0 of a next board
+        entry.add(3, 100); // a row grown, not row 0 of a next board
         entry.set(1, 1);
         assert_eq!((entry.get(0), entry.get(1), entry.get(2)), (5, 1, 7));
-        assert_eq!(entry.get(3), 0);
-        assert_eq!(entry.sum(), 13);
+        assert_eq!((entry.get(3), entry.get(4)), (100, 0));
+        assert_eq!(entry.sum(), 113);
         assert_eq!(board.sum(0), 0, "slot 0 untouched");
         assert_eq!(entry.slot(), 1);
         assert!(Arc::ptr_eq(entry.board(), &board));
     }
 
     #[test]
-    fn row_adds_ignore_vcpus_past_the_board() {
+    fn grown_rows_are_made_once_when_threads_race_for_them() {
+        let board = Arc::new(Scoreboard::new(1, 1));
+        std::thread::scope(|s| {
+            for vcpu in 1..9u32 {
+                let board = &board;
+                s.spawn(move || {
+                    for _ in 0..1000 {
+                        board.add(vcpu, 0, 1);
+                    }
+                });
+            }
+        });
+        assert_eq!(board.sum(0), 8000);
+        assert!((1..9).all(|v| board.get(v, 0) == 1000));
+    }
+
+    #[test]
+    fn row_adds_ignore_slots_past_the_row() {
         let board = Scoreboard::new(3, 2);
         board.add_in_row(1, 2, 5);
         board.add_in_row(1, 2, 2);
         board.add_in_row(0, 0, 1);
-        // vCPU 2 has no row: nothing changes (not even vCPU 0's next row).
-        board.add_in_row(2, 0, 100);
-        board.add_in_row(u32::MAX, 2, 100);
+        board.add_in_row(u32::MAX, 2, 100); // past the limit
         assert_eq!(board.get(1, 2), 7);
         assert_eq!(board.get(0, 0), 1);
         assert_eq!((0..3).map(|s| board.sum(s)).sum::<u64>(), 8);
@@ -325,30 +552,26 @@ mod tests {
         let board = Scoreboard::new(1 << 32, 2);
         board.add(0, 5, 1);
         board.add(1, (1 << 32) - 1, 1);
+        board.add(7, 5, 1);
         board.apply_in_row(u32::MAX, 1, InlineKind::Store(3));
         assert_eq!(
-            (board.slots(), board.get(0, 5), board.sum(5)),
-            (1 << 32, 0, 0)
+            (board.slots(), board.get(0, 5), board.sum(5), board.vcpus()),
+            (1 << 32, 0, 0, 2)
         );
     }
 
     #[test]
-    fn adds_wrap_and_ignore_entries_past_the_board() {
+    fn adds_wrap_and_ignore_slots_past_the_row() {
         let board = Scoreboard::new(2, 3);
         board.add(2, 1, u64::MAX);
         board.add(2, 1, 2);
         board.add(0, 1, 4);
-        // Past the row or the board: nothing changes.
+        // Past the row: nothing changes.
         board.add(0, 2, 100);
-        board.add(3, 0, 100);
-        board.add(u32::MAX, 1, 100);
+        board.add(1, 2, 100);
         assert_eq!(board.get(2, 1), 1, "wrapped");
         assert_eq!(board.sum(1), 5);
         assert_eq!(board.sum(0), 0);
         assert_eq!(board.sum(2), 0, "no such entry");
-        // vCPU 0 (which takes a path of its own) on a board with no rows.
-        let empty = Scoreboard::new(2, 0);
-        empty.add(0, 0, 1);
-        assert_eq!((empty.get(0, 0), empty.sum(0)), (0, 0));
     }
 }

@@ -125,6 +125,7 @@ struct Lowering<'f, 'c> {
     sig_hook: ir::SigRef,
     sig_mem_hook: ir::SigRef,
     sig_interpret_watched: ir::SigRef,
+    sig_far_cell: ir::SigRef,
     /// The executing vCPU's index, if the plan needs it.
     vcpu: Option<ir::Value>,
     /// A callback ran for the current instruction: the block may have to
@@ -291,6 +292,7 @@ pub(crate) fn build(
     let sig_hook = b.import_signature(helper_sig(&[I64, I64, I64], None));
     let sig_mem_hook = b.import_signature(helper_sig(&[I64; 6], None));
     let sig_interpret_watched = b.import_signature(helper_sig(&[I64; 5], Some(I64)));
+    let sig_far_cell = b.import_signature(helper_sig(&[I64; 5], None));
     let vcpu = src
         .plan
         .as_ref()
@@ -328,6 +330,7 @@ pub(crate) fn build(
         sig_hook,
         sig_mem_hook,
         sig_interpret_watched,
+        sig_far_cell,
         vcpu,
         insn_calls: false,
         tlb_tables: [None; 2],

@@ -482,6 +482,7 @@ pub(crate) fn plan_code<F: Frontend>(
                 let from = t.sums_start as usize;
                 plan.tallies.push(TallyCode {
                     cell: Cell {
+                        board: std::sync::Arc::as_ptr(board) as usize,
                         cells,
                         slots: slots as u64,
                         rows: rows as u64,
@@ -514,6 +515,7 @@ pub(crate) fn plan_code<F: Frontend>(
                         continue;
                     }
                     let cell = Cell {
+                        board: std::sync::Arc::as_ptr(board) as usize,
                         cells,
                         slots: slots as u64,
                         rows: rows as u64,

@@ -12,7 +12,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use crate::cache::Generation;
 use crate::engine::jit_hooks;
 use crate::frontend::{CpuExit, Flow, Frontend, sign_extend};
-use crate::instrument::{CallbackContext, CallbackFn, MemAccessInfo, Requests};
+use crate::instrument::{
+    CallbackContext, CallbackFn, InlineKind, MemAccessInfo, Requests, Scoreboard,
+};
 use crate::memory::GuestMemory;
 
 /// What a compiled block is passed (one pointer). The generated code reads
@@ -49,8 +51,6 @@ pub(crate) struct JitCtx {
     /// block to be left when the instruction is complete (see
     /// `engine::jit_hooks::run_hook`); the code clears it then.
     leave: u64,
-    /// Where an add to a scoreboard row that does not exist goes.
-    scratch: u64,
     /// A load stub's result (stubs return nothing, see `Helpers::load_stub`).
     result: u64,
     /// The engine's pending signals (an exit asked from elsewhere).
@@ -70,7 +70,6 @@ pub(crate) const OFF_TLB_READ: i32 = offset_of!(JitCtx, tlb_read) as i32;
 pub(crate) const OFF_TLB_WRITE: i32 = offset_of!(JitCtx, tlb_write) as i32;
 pub(crate) const OFF_VCPU: i32 = offset_of!(JitCtx, vcpu) as i32;
 pub(crate) const OFF_LEAVE: i32 = offset_of!(JitCtx, leave) as i32;
-pub(crate) const OFF_SCRATCH: i32 = offset_of!(JitCtx, scratch) as i32;
 pub(crate) const OFF_RESULT: i32 = offset_of!(JitCtx, result) as i32;
 
 /// Host addresses of the helpers one frontend's compiled code calls.
@@ -101,7 +100,15 @@ pub(crate) struct Helpers {
     /// `fn(ctx, op, pc, len, hook) -> next pc`: `interpret` with the
     /// accesses running the hook's memory actions.
     pub interpret_watched: usize,
+    /// `fn(board, vcpu, slot, op, imm)`: an inline operation on a
+    /// scoreboard row past the board's first segment (`op` 0 adds, 1
+    /// stores), which grows the board if the row is not there yet.
+    pub far_cell: usize,
 }
+
+/// `op` of a `far_cell` call.
+pub(crate) const CELL_ADD: u64 = 0;
+pub(crate) const CELL_STORE: u64 = 1;
 
 /// `kind` bits of a `mem_hook` call.
 pub(crate) const MEM_SIGNED: u64 = 1 << 8;
@@ -114,6 +121,7 @@ type LookupFn = extern "C" fn(*mut JitCtx, u64, u64) -> usize;
 type RunHookFn = extern "C" fn(*mut JitCtx, u64, u64);
 type MemHookFn = extern "C" fn(*mut JitCtx, u64, u64, u64, u64, u64);
 type InterpretWatchedFn<Op> = extern "C" fn(*mut JitCtx, *const Op, u64, u64, u64) -> u64;
+type FarCellFn = extern "C" fn(*const Scoreboard, u64, u64, u64, u64);
 
 impl Helpers {
     pub(crate) fn for_frontend<F: Frontend>() -> Self {
@@ -139,6 +147,7 @@ impl Helpers {
             run_hook: run_hook as usize,
             mem_hook: mem_hook as usize,
             interpret_watched: interpret_watched as usize,
+            far_cell: far_cell as FarCellFn as usize,
         }
     }
 }
@@ -181,6 +190,25 @@ extern "C" fn store<const SIZE: u8>(ctx: *mut JitCtx, addr: u64, value: u64) {
     if let Err(fault) = mem.store(addr, SIZE, value) {
         ctx.exit = Some(CpuExit::Fault(fault));
         ctx.status = 1;
+    }
+}
+
+/// An inline operation of compiled code on `vcpu`'s row past the first
+/// segment of `board` (see `Scoreboard::layout`): rare, a vCPU started
+/// after the board was made.
+extern "C" fn far_cell(board: *const Scoreboard, vcpu: u64, slot: u64, op: u64, imm: u64) {
+    // SAFETY: `board` is the address of a board in the `boards` of the
+    // generation the calling code belongs to (`jit::plan_code`), which
+    // holds an `Arc` of it and frees the code, at a quiescent point,
+    // before the board; the board is only read through shared references.
+    let board = unsafe { &*board };
+    let kind = if op == CELL_STORE {
+        InlineKind::Store(imm)
+    } else {
+        InlineKind::Add(imm)
+    };
+    if let (Ok(vcpu), Ok(slot)) = (u32::try_from(vcpu), usize::try_from(slot)) {
+        board.apply(vcpu, slot, kind);
     }
 }
 
@@ -471,7 +499,6 @@ pub(crate) fn run<F: Frontend>(
         generation: std::ptr::from_ref(generation).cast(),
         vcpu: u64::from(vcpu),
         leave: 0,
-        scratch: 0,
         result: 0,
         pending,
         requests: Requests::default(),

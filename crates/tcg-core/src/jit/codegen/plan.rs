@@ -5,7 +5,7 @@
 
 use cranelift_codegen::ir::{self, InstBuilder, condcodes::IntCC, types::I64};
 
-use super::super::runtime::{MEM_STORE, OFF_LEAVE, OFF_REGS, OFF_SCRATCH};
+use super::super::runtime::{CELL_ADD, CELL_STORE, MEM_STORE, OFF_LEAVE, OFF_REGS};
 use super::{Lowering, trusted};
 use crate::instrument::InlineKind;
 
@@ -38,7 +38,9 @@ pub(crate) struct CellOp {
 /// Where one entry of a scoreboard is, for compiled code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Cell {
-    /// Address of the board's first cell, its row length and rows.
+    /// Address of the board's first cell, its row length and the rows of
+    /// its first segment; the board's address, for a row past them.
+    pub board: usize,
     pub cells: usize,
     pub slots: u64,
     pub rows: u64,
@@ -115,21 +117,27 @@ impl Lowering<'_, '_> {
         }
     }
 
-    /// `kind` on `cell` in `vcpu`'s row, or on the context's scratch word
-    /// for a vCPU past the board (whose operations QEMU drops too).
+    /// `kind` on `cell` in `vcpu`'s row: inline in the board's first
+    /// segment, through a helper for a vCPU past it (a row the board grows).
     fn cell_op(&mut self, vcpu: ir::Value, cell: Cell, kind: InlineKind) {
+        let inside = self
+            .b
+            .ins()
+            .icmp_imm_u(IntCC::UnsignedLessThan, vcpu, cell.rows as i64);
+        let near = self.b.create_block();
+        let far = self.b.create_block();
+        let done = self.b.create_block();
+        self.b.ins().brif(inside, near, &[], far, &[]);
+        self.b.seal_block(near);
+        self.b.seal_block(far);
+
+        self.b.switch_to_block(near);
         let row = self.b.ins().imul_imm_s(vcpu, (cell.slots * 8) as i64);
         let base = self
             .b
             .ins()
             .iconst(I64, (cell.cells as u64 + cell.slot * 8) as i64);
         let addr = self.b.ins().iadd(base, row);
-        let scratch = self.b.ins().iadd_imm_s(self.ctx, i64::from(OFF_SCRATCH));
-        let inside = self
-            .b
-            .ins()
-            .icmp_imm_u(IntCC::UnsignedLessThan, vcpu, cell.rows as i64);
-        let addr = self.b.ins().select(inside, addr, scratch);
         let new = match kind {
             InlineKind::Add(amount) => {
                 let old = self.b.ins().load(I64, trusted(), addr, 0);
@@ -138,6 +146,26 @@ impl Lowering<'_, '_> {
             InlineKind::Store(value) => self.b.ins().iconst(I64, value as i64),
         };
         self.b.ins().store(trusted(), new, addr, 0);
+        self.b.ins().jump(done, &[]);
+
+        self.b.switch_to_block(far);
+        self.b.set_cold_block(far);
+        let (op, imm) = match kind {
+            InlineKind::Add(amount) => (CELL_ADD, amount),
+            InlineKind::Store(value) => (CELL_STORE, value),
+        };
+        let args =
+            [cell.board as u64, cell.slot, op, imm].map(|v| self.b.ins().iconst(I64, v as i64));
+        let helper = self.src.helpers.far_cell;
+        self.helper(
+            helper,
+            self.sig_far_cell,
+            &[args[0], vcpu, args[1], args[2], args[3]],
+        );
+        self.b.ins().jump(done, &[]);
+
+        self.b.seal_block(done);
+        self.b.switch_to_block(done);
     }
 
     /// The hook of instruction `index` (`None`: no plan).
