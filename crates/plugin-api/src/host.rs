@@ -930,13 +930,14 @@ impl PluginHandle {
     ///   before the engine reaches its next safe point. No event is missed
     ///   in between.
     /// - That safe point is the end of the executing block at the latest
-    ///   (the engine tests for requests through a handle once per block). A
-    ///   block with callbacks on entry stops sooner, right after its first
-    ///   instruction, and so does a block whose mix of instrumentation takes
-    ///   the engine's general loop (callbacks beside inline operations or
-    ///   conditional callbacks, for instance), right after an instruction
-    ///   whose callbacks ran. There every translated
-    ///   block's instrumentation is
+    ///   (the engine tests for requests through a handle once per block).
+    ///   Called from a callback, the calling vCPU's block stops sooner if it
+    ///   has callbacks on entry, right after its first instruction, or if
+    ///   its mix of instrumentation takes the engine's general loop
+    ///   (callbacks beside inline operations or conditional callbacks, for
+    ///   instance), right after the instruction whose callback called;
+    ///   other vCPUs' blocks run to their end, as in QEMU. There every
+    ///   translated block's instrumentation is
     ///   retired ([`Engine::reinstrument`]: O(1); each block keeps its
     ///   decoded code and is planned again, with every plugin's `tb_trans`,
     ///   before it next runs).

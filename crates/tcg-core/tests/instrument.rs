@@ -469,6 +469,76 @@ fn a_flush_through_a_handle_from_a_memory_callback_takes_effect_at_the_block_end
     assert_eq!(translations.load(Relaxed), 2);
 }
 
+/// An exit asked through a handle while a block with callbacks runs: from
+/// the callback's own thread it takes effect once the callback's
+/// instruction is complete; from another thread (a kick: a signal, another
+/// vCPU's reset) at the block's end, as QEMU's `cpu_exit` does, so that
+/// the block is not entered again midway (a per-block count would count
+/// its tail twice).
+#[test]
+fn an_exit_asked_from_another_thread_waits_for_the_blocks_end() {
+    let code = [
+        ld(1, 4, 0),
+        ld(2, 4, 8),
+        ld(3, 4, 16),
+        jmp(4),
+        ld(5, 4, 24),
+        syscall(),
+    ];
+    for from_another_thread in [false, true] {
+        let mut mem = machine(&code);
+        let mut engine = Engine::new(Toy);
+        let exit = engine.exit_handle();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = seen.clone();
+        let on_insn: InsnCallback = Arc::new(move |ctx: &mut CallbackContext<'_>| {
+            s.lock().unwrap().push(ctx.pc());
+            if ctx.pc() == CODE {
+                if from_another_thread {
+                    let exit = exit.clone();
+                    std::thread::spawn(move || exit.request_exit())
+                        .join()
+                        .unwrap();
+                } else {
+                    exit.request_exit();
+                }
+            }
+        });
+        let loads = Arc::new(AtomicU64::new(0));
+        let l = loads.clone();
+        let on_load: MemCallback =
+            Arc::new(move |_: &mut CallbackContext<'_>, _: &MemAccessInfo| {
+                l.fetch_add(1, Relaxed);
+            });
+        // Not on the jump: a block's instructions then have callbacks of
+        // different kinds, which the general loop runs.
+        install(&mut engine, move |_tb, plan| {
+            for insn in plan.insns().filter(|i| i.index() < 3) {
+                insn.on_execute(Action::Callback(&on_insn));
+                insn.on_memory(MemFilter::Reads, MemAction::Callback(&on_load));
+            }
+        });
+        let mut cpu = cpu_at(CODE);
+        cpu.x[4] = DATA;
+        assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::ExitRequested);
+        let (pc, pcs, loads_seen) = if from_another_thread {
+            (CODE + 16, vec![CODE, CODE + 4, CODE + 8], 3)
+        } else {
+            (CODE + 4, vec![CODE], 1)
+        };
+        assert_eq!(cpu.pc, pc, "another thread: {from_another_thread}");
+        assert_eq!(*seen.lock().unwrap(), pcs);
+        assert_eq!(loads.load(Relaxed), loads_seen);
+        // The run goes on where it stopped, each block entered once.
+        assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
+        assert_eq!(loads.load(Relaxed), 4);
+        // Left midway, the block's tail (two loads and the jump) became a
+        // block of its own, with a callback on the jump too.
+        let tail = if from_another_thread { 0 } else { 1 };
+        assert_eq!(seen.lock().unwrap().len(), 5 + tail);
+    }
+}
+
 #[test]
 fn memory_actions_on_instructions_without_accesses_are_dropped_at_translation() {
     // Two addis and a syscall: no instruction the frontend marks as

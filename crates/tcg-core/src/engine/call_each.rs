@@ -83,9 +83,9 @@ impl<F: Frontend> Engine<F> {
         } else {
             // Never, by construction: one block, through the general loop.
             let end = if tb.mode == ExecMode::CallEach {
-                Self::exec_instrumented::<false>(generation, signals, vcpu, tb, cpu, mem)
+                Self::exec_instrumented::<false>(generation, vcpu, tb, cpu, mem)
             } else {
-                Self::exec_instrumented::<true>(generation, signals, vcpu, tb, cpu, mem)
+                Self::exec_instrumented::<true>(generation, vcpu, tb, cpu, mem)
             };
             RunEnd {
                 end,

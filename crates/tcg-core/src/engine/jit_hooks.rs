@@ -5,10 +5,9 @@
 //! interpreter's loops use (`steps.rs`, `access.rs`); `jit::runtime`
 //! calls them from its helpers.
 
-use std::sync::atomic::{AtomicU32, Ordering};
-
 use super::Engine;
 use super::access::{CpuRegisters, InstrumentedMem, MemActions, call};
+use super::vcpu::take_asked_on_this_thread;
 use crate::cache::{Generation, NONE};
 use crate::frontend::{Flow, Frontend};
 use crate::instrument::{CallbackContext, CallbackFn, MemAccessInfo, Requests};
@@ -17,8 +16,8 @@ use crate::memory::GuestMemory;
 /// Runs the actions of hook `hook` of `generation` (a block's entry hook,
 /// or the one before the instruction at `pc`) on `vcpu`, adding what its
 /// callbacks request to `requests`. Returns whether the block must be left
-/// once the instruction is complete: a callback ran and a request, or an
-/// exit signalled from elsewhere, is pending.
+/// once the instruction is complete: a callback ran and made a request,
+/// through its context or a handle.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run_hook<F: Frontend>(
     generation: &Generation<F::Op>,
@@ -27,7 +26,6 @@ pub(crate) fn run_hook<F: Frontend>(
     pc: u64,
     cpu: &mut F::Cpu,
     mem: &mut GuestMemory,
-    pending: &AtomicU32,
     requests: &mut Requests,
 ) -> bool {
     let Some(hook) = generation.hooks.get(hook as usize) else {
@@ -52,7 +50,7 @@ pub(crate) fn run_hook<F: Frontend>(
         Engine::<F>::run_actions(generation, hook, vcpu, pc, cpu, &mut access)
     };
     requests.merge(access.requests);
-    called && (requests.any() || pending.load(Ordering::Relaxed) != 0)
+    called && (requests.any() || take_asked_on_this_thread())
 }
 
 /// Runs the memory actions of hook `hook` that select access `info`, made
@@ -66,7 +64,6 @@ pub(crate) fn run_mem_hook<Op: Copy>(
     pc: u64,
     mem: &mut GuestMemory,
     info: &MemAccessInfo,
-    pending: &AtomicU32,
     requests: &mut Requests,
 ) -> bool {
     let Some(hook) = generation.hooks.get(hook as usize) else {
@@ -75,7 +72,7 @@ pub(crate) fn run_mem_hook<Op: Copy>(
     let actions = MemActions::of(generation, generation.mem_actions_of(hook));
     let asked = actions.run(vcpu, pc, mem, info);
     requests.merge(asked);
-    hook.mem_calls && (requests.any() || pending.load(Ordering::Relaxed) != 0)
+    hook.mem_calls && (requests.any() || take_asked_on_this_thread())
 }
 
 /// Executes `op` (at `pc`) with its accesses running hook `hook`'s memory
@@ -90,7 +87,6 @@ pub(crate) fn execute_watched<F: Frontend>(
     pc: u64,
     cpu: &mut F::Cpu,
     mem: &mut GuestMemory,
-    pending: &AtomicU32,
     requests: &mut Requests,
 ) -> (Flow, bool) {
     let hook = generation.hooks.get(hook as usize);
@@ -107,7 +103,7 @@ pub(crate) fn execute_watched<F: Frontend>(
     let calls = hook.is_some_and(|h| h.mem_calls);
     (
         flow,
-        calls && (requests.any() || pending.load(Ordering::Relaxed) != 0),
+        calls && (requests.any() || take_asked_on_this_thread()),
     )
 }
 
@@ -121,7 +117,6 @@ pub(crate) fn call_direct<F: Frontend, C>(
     pc: u64,
     cpu: &mut F::Cpu,
     mem: &mut GuestMemory,
-    pending: &AtomicU32,
     requests: &mut Requests,
 ) -> bool
 where
@@ -137,7 +132,7 @@ where
     };
     callback.call(&mut ctx);
     requests.merge(ctx.requests);
-    requests.any() || pending.load(Ordering::Relaxed) != 0
+    requests.any() || take_asked_on_this_thread()
 }
 
 /// Calls an inlined memory callback's closure `callback` for access
@@ -151,7 +146,6 @@ pub(crate) fn call_mem_direct<C>(
     pc: u64,
     mem: &mut GuestMemory,
     info: &MemAccessInfo,
-    pending: &AtomicU32,
     requests: &mut Requests,
 ) -> bool
 where
@@ -163,5 +157,5 @@ where
     };
     callback(&mut ctx, info);
     requests.merge(ctx.requests);
-    requests.any() || pending.load(Ordering::Relaxed) != 0
+    requests.any() || take_asked_on_this_thread()
 }

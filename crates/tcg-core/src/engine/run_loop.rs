@@ -60,6 +60,9 @@ impl<F: Frontend> Engine<F> {
         // register file only where something outside the loop can see it
         // (callbacks, exits), saving a store and a load per block.
         let mut pc = F::pc(cpu);
+        // What this thread asked of engines before the run was not asked
+        // by a callback of this run's blocks.
+        super::vcpu::forget_asked_on_this_thread();
         // Counters also stay local and are added to the stats on the way out.
         let mut blocks = 0u64;
         let mut insns = 0u64;
@@ -160,9 +163,7 @@ impl<F: Frontend> Engine<F> {
                     // read the scoreboards.
                     self.pending_count.settle(current);
                 }
-                let pending = &self.signals.pending;
-                if let Some(c) = crate::jit::run::<F>(current, tb_id, vcpu.index, pending, cpu, mem)
-                {
+                if let Some(c) = crate::jit::run::<F>(current, tb_id, vcpu.index, cpu, mem) {
                     jit_blocks += c.blocks;
                     jit_entries += 1;
                     blocks += c.blocks.saturating_sub(1);

@@ -21,7 +21,7 @@ use std::sync::atomic::Ordering;
 use super::Engine;
 use super::access::{InstrumentedMem, MemActions, apply_inline, call};
 use super::plain::{BlockEnd, RunEnd};
-use super::vcpu::Signals;
+use super::vcpu::{Signals, take_asked_on_this_thread};
 use crate::cache::{CompiledAction, EMPTY_HOOK, ExecMode, Generation, InsnHook, NONE, TbHeader};
 use crate::frontend::{Flow, Frontend};
 use crate::instrument::Requests;
@@ -37,7 +37,6 @@ impl<F: Frontend> Engine<F> {
     #[inline(always)]
     pub(super) fn exec_instrumented<const MEMORY: bool>(
         generation: &Generation<F::Op>,
-        signals: &Signals,
         vcpu: u32,
         tb: &TbHeader,
         cpu: &mut F::Cpu,
@@ -112,8 +111,9 @@ impl<F: Frontend> Engine<F> {
                 }
             }
             // A flush or exit requested by a callback (through its context
-            // or a handle) takes effect now that the instruction is complete.
-            if called && (access.requests.any() || signals.pending.load(Ordering::Relaxed) != 0) {
+            // or a handle) takes effect now that the instruction is complete;
+            // one from another thread at the block's end.
+            if called && (access.requests.any() || take_asked_on_this_thread()) {
                 let next_pc = pc.wrapping_add(u64::from(op.len));
                 return BlockEnd {
                     next_pc,
@@ -178,9 +178,9 @@ impl<F: Frontend> Engine<F> {
             // Both loops in one function (with the mode tested per block)
             // measured faster than a copy of this loop for each.
             let end = if mode == ExecMode::Steps {
-                Self::exec_instrumented::<false>(generation, signals, vcpu, tb, cpu, mem)
+                Self::exec_instrumented::<false>(generation, vcpu, tb, cpu, mem)
             } else {
-                Self::exec_instrumented::<true>(generation, signals, vcpu, tb, cpu, mem)
+                Self::exec_instrumented::<true>(generation, vcpu, tb, cpu, mem)
             };
             let executed = before + end.executed;
             let next = Self::link_after(generation, signals, id, &end, cpu, blocks)
@@ -248,8 +248,7 @@ impl<F: Frontend> Engine<F> {
                     .get(tb.instr_start as usize)
                     .unwrap_or(&EMPTY_HOOK);
                 let called = Self::run_actions(generation, entry, vcpu, tb.pc, cpu, &mut access);
-                if called && (access.requests.any() || signals.pending.load(Ordering::Relaxed) != 0)
-                {
+                if called && (access.requests.any() || take_asked_on_this_thread()) {
                     let requests = access.requests;
                     return Err(Self::exec_first(generation, tb, cpu, access.mem, requests));
                 }

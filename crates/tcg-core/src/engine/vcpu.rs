@@ -8,6 +8,7 @@
 //! parent module). [`ExitHandle`] and [`FlushHandle`] set bits in the
 //! engine's shared [`Signals`], which the vCPU loop tests once per block.
 
+use std::cell::Cell;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -26,6 +27,35 @@ pub(super) const PENDING_FLUSH: u32 = 2;
 
 pub(super) const PENDING_REINSTRUMENT: u32 = 4;
 
+thread_local! {
+    /// Set by a request made through a handle on this thread. A callback's
+    /// request ends its block after the instruction (its plan may be gone
+    /// by the next), but a request from another thread (a kick, another
+    /// vCPU's reset) waits for the block's end, as QEMU's `cpu_exit` waits
+    /// for the TB's: a block left midway would be entered again at the
+    /// instruction after, and a per-block count would count its tail twice.
+    static ASKED_ON_THIS_THREAD: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether a handle was asked something on this thread since the last
+/// call (or [`forget_asked_on_this_thread`]); clears it. Called after a
+/// callback ran: what it asked through a handle then takes effect after
+/// its instruction, as what it asks through its context does.
+#[inline]
+pub(crate) fn take_asked_on_this_thread() -> bool {
+    ASKED_ON_THIS_THREAD.with(|asked| asked.replace(false))
+}
+
+/// Forgets requests this thread made outside callbacks (of other
+/// engines, say), so that they do not end one of its blocks early.
+pub(super) fn forget_asked_on_this_thread() {
+    ASKED_ON_THIS_THREAD.with(|asked| asked.set(false));
+}
+
+fn note_asked_on_this_thread() {
+    ASKED_ON_THIS_THREAD.with(|asked| asked.set(true));
+}
+
 /// Requests that may come from any thread, checked at block boundaries.
 #[derive(Default)]
 pub(super) struct Signals {
@@ -37,7 +67,9 @@ pub(super) struct Signals {
 }
 
 /// Asks a running engine to leave [`Engine::run`] at the next block
-/// boundary. Cloneable and usable from any thread.
+/// boundary (asked from a callback on the engine's own thread: once the
+/// callback's instruction is complete). Cloneable and usable from any
+/// thread.
 ///
 /// [`Engine::run`]: crate::Engine::run
 #[derive(Clone)]
@@ -50,6 +82,7 @@ impl ExitHandle {
     /// [`CpuExit::ExitRequested`]: crate::CpuExit::ExitRequested
     pub fn request_exit(&self) {
         self.0.pending.fetch_or(PENDING_EXIT, Ordering::Release);
+        note_asked_on_this_thread();
     }
 }
 
@@ -60,9 +93,9 @@ impl fmt::Debug for ExitHandle {
 }
 
 /// Asks an engine to flush all translations, or to re-instrument them, at
-/// its next safe point: the end of the executing block at the latest (or
-/// sooner, after an instruction whose callbacks ran, when the block has
-/// several kinds of instrumentation). Cloneable and usable from any thread
+/// its next safe point: the end of the executing block (or sooner, when
+/// asked from a callback on the engine's own thread: once the callback's
+/// instruction is complete). Cloneable and usable from any thread
 /// or callback; this is how a plugin layer implements `reset` and
 /// `uninstall`. A callback that needs the flush right after its
 /// instruction asks through its context
@@ -78,6 +111,7 @@ impl FlushHandle {
     /// [`Engine::flush`]: crate::Engine::flush
     pub fn request_flush(&self) {
         self.0.pending.fetch_or(PENDING_FLUSH, Ordering::Release);
+        note_asked_on_this_thread();
     }
 
     /// Requests a re-instrumentation ([`Engine::reinstrument`]); a flush
@@ -88,6 +122,7 @@ impl FlushHandle {
         self.0
             .pending
             .fetch_or(PENDING_REINSTRUMENT, Ordering::Release);
+        note_asked_on_this_thread();
     }
 }
 

@@ -596,30 +596,19 @@ pub(crate) fn plan_code<F: Frontend>(
 
 /// Runs block `id` of `generation` as compiled code (with the blocks it
 /// jumps into) on vCPU `vcpu`, or returns `None` if it has no code it may
-/// run now (or cannot run it on this register file). `pending` is the
-/// engine's signal word, which callbacks' helpers look at.
+/// run now (or cannot run it on this register file).
 #[inline(always)]
 pub(crate) fn run<F: Frontend>(
     generation: &Generation<F::Op>,
     id: u32,
     vcpu: u32,
-    pending: &AtomicU32,
     cpu: &mut F::Cpu,
     mem: &mut GuestMemory,
 ) -> Option<CompiledEnd> {
     let (_, code) = usable(generation, id)?;
     let blocks = &generation.jit;
     let store = blocks.store.as_ref()?;
-    runtime::run::<F>(
-        generation,
-        store,
-        &code,
-        blocks.regs_used,
-        vcpu,
-        pending,
-        cpu,
-        mem,
-    )
+    runtime::run::<F>(generation, store, &code, blocks.regs_used, vcpu, cpu, mem)
 }
 
 /// The host function compiled code calls an inlined instruction callback

@@ -7,7 +7,7 @@
 use std::ffi::c_void;
 use std::mem::offset_of;
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 
 use crate::cache::Generation;
 use crate::engine::jit_hooks;
@@ -53,8 +53,6 @@ pub(crate) struct JitCtx {
     leave: u64,
     /// A load stub's result (stubs return nothing, see `Helpers::load_stub`).
     result: u64,
-    /// The engine's pending signals (an exit asked from elsewhere).
-    pending: *const AtomicU32,
     /// What callbacks requested.
     requests: Requests,
     exit: Option<CpuExit>,
@@ -255,8 +253,6 @@ extern "C" fn run_hook<F: Frontend>(ctx: *mut JitCtx, hook: u64, pc: u64) {
     let cpu = unsafe { &mut *ctx.cpu.cast::<F::Cpu>() };
     // SAFETY: see above.
     let mem = unsafe { &mut *ctx.mem };
-    // SAFETY: `pending` is the engine's, alive for the whole run.
-    let pending = unsafe { &*ctx.pending };
     let leave = jit_hooks::run_hook::<F>(
         generation,
         hook as u32,
@@ -264,7 +260,6 @@ extern "C" fn run_hook<F: Frontend>(ctx: *mut JitCtx, hook: u64, pc: u64) {
         pc,
         cpu,
         mem,
-        pending,
         &mut ctx.requests,
     );
     ctx.leave |= u64::from(leave);
@@ -285,8 +280,6 @@ extern "C" fn mem_hook<Op: Copy>(
     let generation = unsafe { &*ctx.generation.cast::<Generation<Op>>() };
     // SAFETY: see above.
     let mem = unsafe { &mut *ctx.mem };
-    // SAFETY: as in `run_hook`.
-    let pending = unsafe { &*ctx.pending };
     let info = access_info(addr, value, kind);
     let leave = jit_hooks::run_mem_hook(
         generation,
@@ -295,7 +288,6 @@ extern "C" fn mem_hook<Op: Copy>(
         pc,
         mem,
         &info,
-        pending,
         &mut ctx.requests,
     );
     ctx.leave |= u64::from(leave);
@@ -318,8 +310,6 @@ extern "C" fn interpret_watched<F: Frontend>(
     let mem = unsafe { &mut *ctx.mem };
     // SAFETY: as for `interpret`.
     let op = unsafe { &*op };
-    // SAFETY: as in `run_hook`.
-    let pending = unsafe { &*ctx.pending };
     let (flow, leave) = jit_hooks::execute_watched::<F>(
         generation,
         hook as u32,
@@ -328,7 +318,6 @@ extern "C" fn interpret_watched<F: Frontend>(
         pc,
         cpu,
         mem,
-        pending,
         &mut ctx.requests,
     );
     ctx.leave |= u64::from(leave);
@@ -352,11 +341,8 @@ where
     let cpu = unsafe { &mut *ctx.cpu.cast::<F::Cpu>() };
     // SAFETY: see above.
     let mem = unsafe { &mut *ctx.mem };
-    // SAFETY: as in `run_hook`.
-    let pending = unsafe { &*ctx.pending };
     let vcpu = ctx.vcpu as u32;
-    let leave =
-        jit_hooks::call_direct::<F, C>(callback, vcpu, pc, cpu, mem, pending, &mut ctx.requests);
+    let leave = jit_hooks::call_direct::<F, C>(callback, vcpu, pc, cpu, mem, &mut ctx.requests);
     ctx.leave |= u64::from(leave);
     ctx.regs = F::jit_registers(cpu).as_mut_ptr();
 }
@@ -379,12 +365,9 @@ pub(crate) extern "C" fn direct_mem<C>(
     let callback = unsafe { &*(data as *const C) };
     // SAFETY: as in `direct_insn`.
     let mem = unsafe { &mut *ctx.mem };
-    // SAFETY: as in `run_hook`.
-    let pending = unsafe { &*ctx.pending };
     let info = access_info(addr, value, kind);
     let vcpu = ctx.vcpu as u32;
-    let leave =
-        jit_hooks::call_mem_direct(callback, vcpu, pc, mem, &info, pending, &mut ctx.requests);
+    let leave = jit_hooks::call_mem_direct(callback, vcpu, pc, mem, &info, &mut ctx.requests);
     ctx.leave |= u64::from(leave);
 }
 
@@ -473,7 +456,6 @@ pub(crate) fn run<F: Frontend>(
     code: &super::code::CodePtr,
     regs_used: u32,
     vcpu: u32,
-    pending: &AtomicU32,
     cpu: &mut F::Cpu,
     mem: &mut GuestMemory,
 ) -> Option<CompiledEnd> {
@@ -500,7 +482,6 @@ pub(crate) fn run<F: Frontend>(
         vcpu: u64::from(vcpu),
         leave: 0,
         result: 0,
-        pending,
         requests: Requests::default(),
         exit: None,
     };
