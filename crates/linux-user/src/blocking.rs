@@ -10,21 +10,30 @@
 //! and makes the call again. A signal that comes meanwhile interrupts the
 //! wait as Linux's rules say ([`Process::interrupt`]).
 //!
-//! What is left: a write larger than a pipe's free space still waits in
-//! the server (poll only says that some space is free), and so does a
-//! read that another thread's read of the same pipe got to first.
+//! A blocking `write` or `writev` larger than the room in its pipe or
+//! socket is made a piece at a time: the server writes what fits without
+//! waiting (`RWF_NOWAIT`), the thread waits for room, and the write goes
+//! on where it stopped ([`WriteProgress`]); a signal meanwhile ends it
+//! with the count written, as on Linux. Before, the server made it whole
+//! and waited, and a reader in another thread of the process never got to
+//! read. What is left: a read that another process's read of the same
+//! pipe got to first still waits in the server.
 
+use std::io::IoSlice;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::time::Duration;
 
 use rustix::event::{PollFd, PollFlags};
+use rustix::fs::{FileType, OFlags};
+use rustix::io::{Errno, ReadWriteFlags};
+use tcgkit_tcg_core::GuestMemory;
 
 use crate::abi::nr;
 use crate::fd::dup_host;
 use crate::process::{GuestExit, Process};
 use crate::sigframe::UNBLOCKABLE;
 use crate::signal::Signal;
-use crate::syscall::{PollEntry, ppoll_timeout};
+use crate::syscall::{PollEntry, WriteProgress, ppoll_timeout, write_segments};
 
 /// What a syscall would wait for.
 #[derive(Debug)]
@@ -64,7 +73,8 @@ impl Process {
             nr::READ | nr::READV | nr::RECVFROM | nr::ACCEPT | nr::ACCEPT4 => {
                 self.fd_would_wait(a0, PollFlags::IN)
             }
-            nr::WRITE | nr::WRITEV | nr::SENDTO => self.fd_would_wait(a0, PollFlags::OUT),
+            nr::WRITE | nr::WRITEV => self.write_would_wait(number, [a0, a1, a2]),
+            nr::SENDTO => self.fd_would_wait(a0, PollFlags::OUT),
             nr::PPOLL => self.ppoll_would_wait(a0, a1, a2),
             nr::EPOLL_PWAIT => {
                 let ms = a3 as i32;
@@ -99,6 +109,64 @@ impl Process {
             }
             _ => None,
         }
+    }
+
+    /// A blocking `write` or `writev`, made here as far as it goes without
+    /// waiting: complete, the call returns what was written; else the
+    /// thread waits for room and calls again, and the write goes on where
+    /// it stopped. Only pipes and sockets wait for room; a write to
+    /// anything else, or one that fails before anything is written, is
+    /// made by the call itself, as before.
+    fn write_would_wait(&mut self, number: u64, args: [u64; 3]) -> Option<Wait> {
+        let host = self.kernel.fds.get(args[0]).ok()?;
+        let kind = FileType::from_raw_mode(rustix::fs::fstat(host).ok()?.st_mode);
+        let flags = rustix::fs::fcntl_getfl(host).ok()?;
+        if !matches!(kind, FileType::Fifo | FileType::Socket) || flags.contains(OFlags::NONBLOCK) {
+            // A non-blocking one says EAGAIN itself.
+            return None;
+        }
+        let mut progress = match self.kernel.write_progress {
+            Some(p) if p.call == (number, args) && !p.complete => p,
+            _ => WriteProgress {
+                call: (number, args),
+                done: 0,
+                complete: false,
+            },
+        };
+        let pieces = write_segments(&mut self.mem, number, args[1], args[2]).ok()?;
+        let total: u64 = pieces.iter().map(|p| p.1).sum();
+        let room = |host| {
+            dup_host(host).map(|fd| Wait::Ready {
+                fds: vec![(fd, PollFlags::OUT)],
+                timeout: None,
+            })
+        };
+        // `Some(wait)`: for room; `None`: no more to write, or it failed.
+        let wait = loop {
+            if progress.done >= total {
+                break None;
+            }
+            let Ok(data) = gather(&mut self.mem, &pieces, progress.done, WRITE_PIECE) else {
+                break None;
+            };
+            let nowait = ReadWriteFlags::NOWAIT;
+            match rustix::io::pwritev2(host, &[IoSlice::new(&data)], u64::MAX, nowait) {
+                Ok(n) if n == data.len() => progress.done += n as u64,
+                Ok(n) => {
+                    progress.done += n as u64;
+                    break room(host);
+                }
+                Err(Errno::AGAIN) => break room(host),
+                Err(_) => break None,
+            }
+        };
+        let failed_at_once = wait.is_none() && progress.done == 0 && total > 0;
+        progress.complete = wait.is_none();
+        // Failed before a byte was written: the call is made as it is, and
+        // fails (or, where the host cannot write without waiting, writes)
+        // as it would have. Else it returns what was written once complete.
+        self.kernel.write_progress = (!failed_at_once).then_some(progress);
+        wait
     }
 
     fn fd_would_wait(&self, fd: u64, events: PollFlags) -> Option<Wait> {
@@ -137,6 +205,20 @@ impl Process {
         if open == 0 {
             return None;
         }
+        // A write that got some of its bytes out returns their count, as
+        // on Linux (neither EINTR nor a restart).
+        let call = (number, [args[0], args[1], args[2]]);
+        if let Some(p) = self
+            .kernel
+            .write_progress
+            .take()
+            .filter(|p| p.call == call && p.done > 0)
+        {
+            self.begin_syscall(number, &args);
+            self.finish_syscall(number, &args, p.done);
+            return Some(self.deliver_pending());
+        }
+        let k = &self.kernel;
         let restarts = restartable(number)
             && (1..=64u64)
                 .filter(|n| open & (1 << (n - 1)) != 0)
@@ -169,6 +251,36 @@ fn restartable(number: u64) -> bool {
             | nr::WAIT4
             | nr::WAITID
     )
+}
+
+/// The most a write copies from the guest for one try: a pipe holds at
+/// most 1 MiB unless its owner raised `/proc/sys/fs/pipe-max-size`.
+const WRITE_PIECE: u64 = 1 << 20;
+
+/// Up to `most` bytes of `pieces` (guest (base, len) ranges, in order)
+/// from byte `from` of them all.
+fn gather(
+    mem: &mut GuestMemory,
+    pieces: &[(u64, u64)],
+    mut from: u64,
+    most: u64,
+) -> Result<Vec<u8>, ()> {
+    let mut data = Vec::new();
+    for &(base, len) in pieces {
+        if from >= len {
+            from -= len;
+            continue;
+        }
+        let take = (len - from).min(most - data.len() as u64);
+        let at = data.len();
+        data.resize(at + take as usize, 0);
+        mem.read(base + from, &mut data[at..]).map_err(|_| ())?;
+        from = 0;
+        if data.len() as u64 == most {
+            break;
+        }
+    }
+    Ok(data)
 }
 
 /// A wait for `fds` unless one of them is ready now.
@@ -247,6 +359,25 @@ mod tests {
     fn without_children_a_wait_fails_at_once_instead() {
         // ECHILD: the call itself reports it.
         assert!(child_would_wait(P_ALL, 0, WEXITED).is_none());
+    }
+
+    #[test]
+    fn a_write_goes_on_from_where_it_stopped_across_its_pieces() {
+        use tcgkit_tcg_core::Perms;
+        let mut mem = GuestMemory::new();
+        mem.map(0x1_0000, 0x1000, Perms::READ | Perms::WRITE)
+            .unwrap();
+        mem.write(0x1_0000, b"abcdefghij").unwrap();
+        // writev's pieces: "abc", "" and "efghij".
+        let pieces = [(0x1_0000, 3), (0x1_0004, 0), (0x1_0004, 6)];
+        let mut at = |from, most| gather(&mut mem, &pieces, from, most).unwrap();
+        assert_eq!(at(0, 100), b"abcefghij");
+        assert_eq!(at(2, 3), b"cef");
+        assert_eq!(at(3, 4), b"efgh");
+        assert_eq!(at(8, 4), b"j");
+        assert!(at(9, 4).is_empty());
+        // An unmapped piece: the call itself then says EFAULT.
+        assert!(gather(&mut mem, &[(0x2_0000, 4)], 0, 4).is_err());
     }
 
     #[test]

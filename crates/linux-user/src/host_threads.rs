@@ -46,6 +46,7 @@ use crate::abi::{errno, nr};
 use crate::blocking::Wait;
 use crate::futex::{BITSET_ALL, Futexes, Request, Waiter, Woke};
 use crate::process::{GuestExit, Process};
+use crate::syscall::WriteProgress;
 
 /// What makes a guest thread's engine: the embedder's (plugins attached,
 /// the JIT as configured) or a plain one.
@@ -63,6 +64,7 @@ pub(crate) struct Running {
     pub(crate) thread_pending: u64,
     pub(crate) altstack: [u64; 3],
     pub(crate) clear_child_tid: u64,
+    pub(crate) write_progress: Option<WriteProgress>,
 }
 
 /// What the server knows of a live thread, to reach it.
@@ -521,6 +523,7 @@ impl Process {
         std::mem::swap(&mut self.kernel.sigmask, &mut r.sigmask);
         std::mem::swap(&mut self.kernel.thread_pending, &mut r.thread_pending);
         std::mem::swap(&mut self.kernel.altstack, &mut r.altstack);
+        std::mem::swap(&mut self.kernel.write_progress, &mut r.write_progress);
         self.threads
             .swap_identity(&mut r.tid, &mut r.clear_child_tid);
         self.kernel.current_tid = self.threads.tid;
@@ -544,6 +547,7 @@ pub(crate) fn serve(process: &mut Process) -> GuestExit {
         thread_pending: 0,
         altstack: [0, 2, 0],
         clear_child_tid: 0,
+        write_progress: None,
     });
     process.swap_running(&mut main);
     let reported = process.options.strace || process.observer.is_some();
@@ -920,6 +924,7 @@ impl<'p> Server<'p> {
             } else {
                 0
             },
+            write_progress: None,
         };
         self.start(Box::new(running));
         self.process.kernel.other_tids.push(tid);

@@ -7,7 +7,7 @@ use rustix::fs::{AtFlags, Mode, OFlags};
 use tcgkit_tcg_core::{GuestMemory, PAGE_SIZE, Perms};
 
 use super::{Kernel, host_errno};
-use crate::abi::{self, errno};
+use crate::abi::{self, errno, nr};
 use crate::fd::dup_host;
 
 type SysResult = Result<u64, i32>;
@@ -60,6 +60,29 @@ pub(super) fn read_guest(mem: &mut GuestMemory, addr: u64, len: u64) -> Result<V
 
 pub(super) fn put(mem: &mut GuestMemory, addr: u64, data: &[u8]) -> Result<(), i32> {
     mem.write(addr, data).map_err(|_| errno::EFAULT)
+}
+
+/// The guest bytes a `write` or `writev` (`number`) of `buf` (an iovec
+/// array for `writev`) and `count` writes, as (base, len) pieces, at most
+/// `IO_CHUNK` in all, as the calls themselves take them.
+pub(crate) fn write_segments(
+    mem: &mut GuestMemory,
+    number: u64,
+    buf: u64,
+    count: u64,
+) -> Result<Vec<(u64, u64)>, i32> {
+    let mut pieces = if number == nr::WRITEV {
+        iovecs(mem, buf, count)?
+    } else {
+        vec![(buf, count)]
+    };
+    let mut room = IO_CHUNK;
+    for piece in &mut pieces {
+        piece.1 = piece.1.min(room);
+        room -= piece.1;
+    }
+    pieces.retain(|p| p.1 > 0);
+    Ok(pieces)
 }
 
 /// The (base, len) pairs of a guest iovec array.

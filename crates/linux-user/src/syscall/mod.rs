@@ -11,6 +11,7 @@ mod file;
 mod net;
 mod poll;
 
+pub(crate) use file::write_segments;
 pub(crate) use poll::{PollEntry, ppoll_timeout};
 mod system;
 
@@ -98,6 +99,22 @@ pub(crate) struct Kernel {
     /// on host threads the server makes them only once they need not
     /// wait (`blocking.rs`).
     pub(crate) never_wait: bool,
+    /// The calling thread's blocking write that the server makes a piece
+    /// at a time (host threads: `blocking.rs`), until it is complete.
+    pub(crate) write_progress: Option<WriteProgress>,
+}
+
+/// How far the server has got with a thread's blocking `write` or
+/// `writev` on host threads, which it makes without waiting, as much as
+/// fits each time the thread calls again (`blocking.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct WriteProgress {
+    /// The call: its number and first three arguments.
+    pub(crate) call: (u64, [u64; 3]),
+    /// Bytes written so far.
+    pub(crate) done: u64,
+    /// No more will be written: the call returns `done`.
+    pub(crate) complete: bool,
 }
 
 /// A guest `struct timespec` at `addr`, validated as Linux does.
@@ -134,7 +151,15 @@ impl Kernel {
             thread_name: Vec::new(),
             other_tids: Vec::new(),
             never_wait: false,
+            write_progress: None,
         }
+    }
+
+    /// Whether the server has made this call already (host threads: see
+    /// [`WriteProgress`]).
+    fn write_complete(&self, number: u64, args: [u64; 3]) -> bool {
+        self.write_progress
+            .is_some_and(|p| p.complete && p.call == (number, args))
     }
 
     /// The host path for guest path `path` (the `-L` prefix applied).
@@ -166,6 +191,10 @@ impl Kernel {
                 return self.kill(number, a0, a1, signal);
             }
             nr::READ => self.read(mem, a0, a1, a2),
+            // Made already, a piece at a time, while its thread waited.
+            nr::WRITE | nr::WRITEV if self.write_complete(number, [a0, a1, a2]) => {
+                Ok(self.write_progress.take().map_or(0, |p| p.done))
+            }
             nr::WRITE => self.write(mem, a0, a1, a2),
             nr::READV => self.readv(mem, a0, a1, a2, None),
             nr::WRITEV => self.writev(mem, a0, a1, a2, None),
