@@ -43,7 +43,9 @@ thread_local! {
 /// its instruction, as what it asks through its context does.
 #[inline]
 pub(crate) fn take_asked_on_this_thread() -> bool {
-    ASKED_ON_THIS_THREAD.with(|asked| asked.replace(false))
+    // Read first: a store on every callback's way out, for a note that is
+    // almost never there, would cost more.
+    ASKED_ON_THIS_THREAD.with(|asked| asked.get() && asked.replace(false))
 }
 
 /// Forgets requests this thread made outside callbacks (of other
