@@ -323,6 +323,10 @@ struct State {
     qemu_disassembler: Option<fn(&[u8], u64) -> String>,
     /// The highest vCPU index started plus one.
     vcpus_started: u32,
+    /// The scoreboards plugins made or named ([`PluginHandle::scoreboard`],
+    /// [`PluginHandle::track_scoreboard`]): each grows a row for every
+    /// vCPU that starts, as QEMU grows its boards at vcpu_init.
+    boards: Vec<Weak<Scoreboard>>,
 }
 
 impl State {
@@ -671,10 +675,28 @@ impl PluginHandle {
     /// A new zeroed scoreboard with `slots` entries per vCPU, for inline
     /// operations and conditional callbacks.
     pub fn scoreboard(&self, slots: usize) -> Arc<Scoreboard> {
-        Arc::new(Scoreboard::new(
+        let board = Arc::new(Scoreboard::new(
             slots,
             self.slot.guest.vcpus.max(1) as usize,
-        ))
+        ));
+        self.track_scoreboard(&board);
+        board
+    }
+
+    /// Has `board` (made elsewhere, e.g. before install) grow a row for
+    /// every vCPU started so far and every one that starts later, before
+    /// that vCPU's callbacks run: a callback's `add` makes no row itself
+    /// (see [`Scoreboard::grow_for`]).
+    pub fn track_scoreboard(&self, board: &Arc<Scoreboard>) {
+        let Some(host) = self.slot.host.upgrade() else {
+            return;
+        };
+        let mut state = host.state();
+        for vcpu in 0..state.vcpus_started {
+            board.grow_for(vcpu);
+        }
+        state.boards.retain(|b| b.strong_count() > 0);
+        state.boards.push(Arc::downgrade(board));
     }
 
     /// Writes `text` to the host's plugin output (QEMU's `qemu_plugin_outs`).
@@ -1231,6 +1253,9 @@ impl PluginHost {
                 VcpuEvent::Init => {
                     state.online.insert(vcpu);
                     state.vcpus_started = state.vcpus_started.max(vcpu.saturating_add(1));
+                    for board in state.boards.iter().filter_map(Weak::upgrade) {
+                        board.grow_for(vcpu);
+                    }
                 }
                 VcpuEvent::Exit => {
                     state.online.remove(&vcpu);

@@ -64,6 +64,8 @@ impl BlockCount {
 
 impl Plugin for BlockCount {
     fn install(self: Arc<Self>, handle: &PluginHandle) -> Result<(), PluginError> {
+        // Its callbacks add to it: a row for every vCPU as it starts.
+        handle.track_scoreboard(&self.board);
         let me = Arc::clone(&self);
         handle.on_tb_trans(move |tb| {
             let n = tb.insn_count() as u64;

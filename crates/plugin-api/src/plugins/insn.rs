@@ -107,6 +107,8 @@ impl InsnCount {
 
 impl Plugin for InsnCount {
     fn install(self: Arc<Self>, handle: &PluginHandle) -> Result<(), PluginError> {
+        // Its callbacks add to it: a row for every vCPU as it starts.
+        handle.track_scoreboard(&self.board);
         let me = Arc::clone(&self);
         // One callback for every instruction, built once.
         let count = (self.counter)(handle, Arc::clone(&self.board));

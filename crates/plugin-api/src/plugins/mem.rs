@@ -141,6 +141,8 @@ fn slot(access: &MemAccessInfo) -> usize {
 
 impl Plugin for MemCount {
     fn install(self: Arc<Self>, handle: &PluginHandle) -> Result<(), PluginError> {
+        // Its callbacks add to it: a row for every vCPU as it starts.
+        handle.track_scoreboard(&self.board);
         let me = Arc::clone(&self);
         let out = handle.clone();
         let count = (self.counter)(handle, Arc::clone(&self.board));

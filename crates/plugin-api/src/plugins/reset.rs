@@ -247,6 +247,8 @@ impl PeriodicReset {
 
 impl Plugin for PeriodicReset {
     fn install(self: Arc<Self>, handle: &PluginHandle) -> Result<(), PluginError> {
+        // Its callbacks add to it: a row for every vCPU as it starts.
+        handle.track_scoreboard(&self.board);
         self.register(handle);
         Ok(())
     }

@@ -34,18 +34,24 @@ const SEGMENTS: usize = 21;
 /// instructions late.
 ///
 /// A board grows with the vCPUs, as QEMU's do: it is made with rows for the
-/// vCPUs known then, and a vCPU past them gets a row at its first write
-/// (or [`Scoreboard::row`]). Rows never move once made, so a row's address
-/// stays valid for the board's life: grown rows live in segments of their
-/// own, each twice the size of the one before, instead of a reallocated
-/// array (QEMU reallocates, and flushes every block to forget the old
-/// address).
+/// vCPUs known then, and a vCPU past them gets a row when the vCPU starts
+/// ([`Scoreboard::grow_for`]: plugin-api calls it for its plugins' boards
+/// at every vcpu_init, where QEMU grows its boards), or at its first inline
+/// operation the engine runs, or from [`Scoreboard::row`]. A callback's
+/// [`Scoreboard::add`] or [`Scoreboard::set`] makes no row, so that a loop
+/// the callback is compiled into holds no call: one for a vCPU with no row
+/// is dropped, as one past a QEMU plugin's array. Rows never move once
+/// made, so a row's address stays valid for the board's life: grown rows
+/// live in segments of their own, each twice the size of the one before,
+/// instead of a reallocated array (QEMU reallocates, and flushes every
+/// block to forget the old address).
 ///
 /// ```
 /// use tcgkit_tcg_core::Scoreboard;
 /// let board = Scoreboard::new(2, 1); // 2 counters for 1 vCPU
 /// board.add(0, 1, 5);
-/// board.add(40, 1, 2); // a vCPU started later: its row is made now
+/// board.grow_for(40); // a vCPU started later
+/// board.add(40, 1, 2);
 /// assert_eq!((board.get(40, 1), board.sum(1)), (2, 7));
 /// assert!(board.vcpus() > 40);
 /// ```
@@ -126,25 +132,25 @@ impl Scoreboard {
         }
         self.cell_in_row(vcpu, slot)
     }
-    /// The cell of `slot` in `vcpu`'s row, for a `slot` known to be inside
-    /// the row: the index is then in the first segment exactly when `vcpu`
-    /// is, so one bounds check does for both (measured: the `insn` plugin's
-    /// callback 2 host instructions fewer); a row past it is grown, off the
-    /// hot path. With fewer than 2^32 slots (see [`Scoreboard::new`]) the
-    /// index cannot overflow 64 bits; where usize is narrower, one too large
-    /// is no index.
+    /// The cell of `slot` in `vcpu`'s row of the first segment, for a
+    /// `slot` known to be inside the row: the index is then in the first
+    /// segment exactly when `vcpu` is, so one bounds check does for both
+    /// (measured: the `insn` plugin's callback 2 host instructions fewer).
+    /// With fewer than 2^32 slots (see [`Scoreboard::new`]) the index
+    /// cannot overflow 64 bits; where usize is narrower, one too large is
+    /// no index. A write that finds no cell here calls
+    /// [`Scoreboard::grown_apply`] as its last step: a tail call, which
+    /// keeps the hot path free of a stack frame.
     #[inline(always)]
     fn cell_in_row(&self, vcpu: u32, slot: usize) -> Option<&AtomicU64> {
         let index = u64::from(vcpu)
             .wrapping_mul(self.slots as u64)
             .wrapping_add(slot as u64);
-        match usize::try_from(index).ok().and_then(|i| self.cells.get(i)) {
-            Some(cell) => Some(cell),
-            None => self.grown_cell(vcpu, slot),
-        }
+        self.cells.get(usize::try_from(index).ok()?)
     }
     /// Where `vcpu`'s row is past the first segment (`None` inside it or
     /// past [`MAX_SCOREBOARD_ROWS`]).
+    #[inline(always)]
     fn grown_row(&self, vcpu: u32) -> Option<GrownRow> {
         let row = usize::try_from(vcpu).ok()?;
         if row >= MAX_SCOREBOARD_ROWS || self.grown.is_empty() {
@@ -161,6 +167,7 @@ impl Scoreboard {
         })
     }
     /// The cells of a grown row, made if `make` and not there yet.
+    #[inline(always)]
     fn grown_cells(&self, at: GrownRow, make: bool) -> Option<&[AtomicU64]> {
         let segment = self.grown.get(at.segment)?;
         let cells = match segment.get() {
@@ -175,20 +182,41 @@ impl Scoreboard {
         };
         cells.get(at.start..at.start + self.slots)
     }
-    /// `slot` of `vcpu`'s row past the first segment, the row made if
-    /// missing: the cold path of every write.
+    /// Makes `vcpu`'s row if the board has none yet (nothing past
+    /// [`MAX_SCOREBOARD_ROWS`]): for a vCPU that starts after the board
+    /// was made, before its callbacks write to the board.
+    pub fn grow_for(&self, vcpu: u32) {
+        if let Some(at) = self.grown_row(vcpu) {
+            self.grown_cells(at, true);
+        }
+    }
+    /// `slot` of `vcpu`'s grown row, if the row is made: no call and no
+    /// allocation, for the hot paths of callbacks.
+    #[inline(always)]
+    fn made_cell(&self, vcpu: u32, slot: usize) -> Option<&AtomicU64> {
+        self.grown_cells(self.grown_row(vcpu)?, false)?.get(slot)
+    }
+    /// `op` on `slot` of `vcpu`'s row past the first segment, the row
+    /// made if missing (nothing for a slot past the row): the cold path of
+    /// every write.
     #[cold]
     #[inline(never)]
-    fn grown_cell(&self, vcpu: u32, slot: usize) -> Option<&AtomicU64> {
-        self.grown_cells(self.grown_row(vcpu)?, true)?.get(slot)
+    fn grown_apply(&self, vcpu: u32, slot: usize, op: InlineKind) {
+        if slot >= self.slots {
+            return;
+        }
+        let cell = self
+            .grown_row(vcpu)
+            .and_then(|at| self.grown_cells(at, true))
+            .and_then(|row| row.get(slot));
+        if let Some(c) = cell {
+            apply_to(c, op);
+        }
     }
     /// Value of `slot` of a grown row, without making it (0 if missing).
-    #[cold]
-    #[inline(never)]
+    #[inline(always)]
     fn grown_value(&self, vcpu: u32, slot: usize) -> u64 {
-        self.grown_row(vcpu)
-            .and_then(|at| self.grown_cells(at, false))
-            .and_then(|row| row.get(slot))
+        self.made_cell(vcpu, slot)
             .map_or(0, |c| c.load(Ordering::Relaxed))
     }
     /// `vcpu`'s row of cells, made if the board had none for it yet
@@ -217,15 +245,16 @@ impl Scoreboard {
             None => self.grown_value(vcpu, slot),
         }
     }
-    /// Sets `slot` of `vcpu` to `value`.
+    /// Sets `slot` of `vcpu` to `value` (nothing for a vCPU with no row).
     #[inline]
     pub fn set(&self, vcpu: u32, slot: usize, value: u64) {
-        if let Some(c) = self.cell(vcpu, slot) {
+        if let Some(c) = self.cell(vcpu, slot).or_else(|| self.made_cell(vcpu, slot)) {
             c.store(value, Ordering::Relaxed);
         }
     }
     /// Adds `value` (wrapping) to `slot` of `vcpu` (nothing if out of
-    /// range): QEMU's `qemu_plugin_u64_add`, for callbacks counting per vCPU.
+    /// range, or for a vCPU with no row: see [`Scoreboard::grow_for`]):
+    /// QEMU's `qemu_plugin_u64_add`, for callbacks counting per vCPU.
     /// Only `vcpu`'s own thread should add to its row: the load and the
     /// store are two steps.
     #[inline]
@@ -237,15 +266,11 @@ impl Scoreboard {
         // eighth session). A reference, because LLVM merges two indexed
         // paths back into one.
         let cell = if vcpu == 0 {
-            match self.cells.get(slot).filter(|_| slot < self.slots) {
-                Some(cell) => Some(cell),
-                // A board made with no rows, or a slot past the row.
-                None => self.cell(vcpu, slot),
-            }
+            self.cells.get(slot).filter(|_| slot < self.slots)
         } else {
             self.cell(vcpu, slot)
         };
-        if let Some(c) = cell {
+        if let Some(c) = cell.or_else(|| self.made_cell(vcpu, slot)) {
             add_to(c, value);
         }
     }
@@ -300,16 +325,18 @@ impl Scoreboard {
     /// range exactly when `vcpu` is, so one bounds check does for both.
     #[inline(always)]
     pub(crate) fn add_in_row(&self, vcpu: u32, slot: usize, value: u64) {
-        if let Some(c) = self.cell_in_row(vcpu, slot) {
-            add_to(c, value);
+        match self.cell_in_row(vcpu, slot) {
+            Some(c) => add_to(c, value),
+            None => self.grown_apply(vcpu, slot, InlineKind::Add(value)),
         }
     }
     /// [`Scoreboard::apply`] for a `slot` already known to be inside the
     /// row (see [`Scoreboard::add_in_row`]).
     #[inline(always)]
     pub(crate) fn apply_in_row(&self, vcpu: u32, slot: usize, op: InlineKind) {
-        if let Some(c) = self.cell_in_row(vcpu, slot) {
-            apply_to(c, op);
+        match self.cell_in_row(vcpu, slot) {
+            Some(c) => apply_to(c, op),
+            None => self.grown_apply(vcpu, slot, op),
         }
     }
     /// The address of the first cell, the cells per row and the rows of the
@@ -321,8 +348,9 @@ impl Scoreboard {
     }
     #[inline(always)]
     pub(crate) fn apply(&self, vcpu: u32, slot: usize, op: InlineKind) {
-        if let Some(c) = self.cell(vcpu, slot) {
-            apply_to(c, op);
+        match self.cell(vcpu, slot) {
+            Some(c) => apply_to(c, op),
+            None => self.grown_apply(vcpu, slot, op),
         }
     }
 }
@@ -348,7 +376,8 @@ fn add_to(cell: &AtomicU64, value: u64) {
 
 /// One entry of every vCPU's row of a [`Scoreboard`], made by
 /// [`Scoreboard::entry`]: QEMU's `qemu_plugin_u64`. A write for a vCPU
-/// with no row yet grows the board, as the board's own do.
+/// with no row is dropped, as the board's own are (see
+/// [`Scoreboard::grow_for`]).
 #[derive(Clone, Debug)]
 pub struct ScoreboardEntry {
     board: Arc<Scoreboard>,
@@ -372,16 +401,16 @@ impl ScoreboardEntry {
         let index = u64::from(vcpu)
             .wrapping_mul(self.stride)
             .wrapping_add(self.slot as u64);
-        match usize::try_from(index).ok().and_then(|i| self.cells.get(i)) {
-            Some(cell) => Some(cell),
-            None => self.board.grown_cell(vcpu, self.slot),
-        }
+        self.cells.get(usize::try_from(index).ok()?)
     }
     /// Adds `value` (wrapping) to `vcpu`'s value; only `vcpu`'s own thread
     /// should, as for [`Scoreboard::add`].
     #[inline]
     pub fn add(&self, vcpu: u32, value: u64) {
-        if let Some(c) = self.cell(vcpu) {
+        if let Some(c) = self
+            .cell(vcpu)
+            .or_else(|| self.board.made_cell(vcpu, self.slot))
+        {
             add_to(c, value);
         }
     }
@@ -399,7 +428,10 @@ impl ScoreboardEntry {
     /// Sets `vcpu`'s value.
     #[inline]
     pub fn set(&self, vcpu: u32, value: u64) {
-        if let Some(c) = self.cell(vcpu) {
+        if let Some(c) = self
+            .cell(vcpu)
+            .or_else(|| self.board.made_cell(vcpu, self.slot))
+        {
             c.store(value, Ordering::Relaxed);
         }
     }
@@ -448,9 +480,13 @@ mod tests {
         assert_eq!(board.get(2, 0), 0, "a read makes no row");
         assert_eq!(board.vcpus(), 2);
         // Segments of 2, 4, 8, ... rows follow the first two.
-        board.add(2, 1, 5); // segment 0: rows 2 and 3
+        board.add(2, 1, 5); // no row yet: dropped
+        assert_eq!((board.get(2, 1), board.vcpus()), (0, 2));
+        board.grow_for(2); // segment 0: rows 2 and 3
+        board.add(2, 1, 5);
         assert_eq!(board.vcpus(), 4);
-        board.set(9, 2, 7); // segment 2: rows 8 to 15 (segment 1 absent)
+        board.grow_for(9); // segment 2: rows 8 to 15 (segment 1 absent)
+        board.set(9, 2, 7);
         assert_eq!(board.vcpus(), 16);
         board.apply(5, 0, InlineKind::Add(3)); // segment 1: rows 4 to 7
         board.add_in_row(15, 0, 1);
@@ -469,6 +505,7 @@ mod tests {
         // A grown row never moves: a C plugin's pointer into it stays good.
         let before = board.row(9).expect("grown").as_ptr();
         for vcpu in 16..200 {
+            board.grow_for(vcpu);
             board.add(vcpu, 0, 1);
         }
         assert_eq!(board.row(9).expect("grown").as_ptr(), before);
@@ -479,9 +516,9 @@ mod tests {
     fn a_board_made_for_no_vcpus_grows_from_vcpu_0() {
         let board = Scoreboard::new(2, 0);
         assert_eq!((board.get(0, 0), board.sum(0), board.vcpus()), (0, 0, 0));
-        board.add(0, 1, 4);
-        board.add(0, 2, 100); // past the row: nothing
-        board.add(3, 0, 2);
+        board.apply(0, 1, InlineKind::Add(4));
+        board.apply(0, 2, InlineKind::Add(100)); // past the row: nothing
+        board.apply_in_row(3, 0, InlineKind::Add(2));
         assert_eq!((board.get(0, 1), board.get(3, 0)), (4, 2));
         assert_eq!((board.sum(0), board.sum(1), board.sum(2)), (2, 4, 0));
         assert_eq!(board.vcpus(), 7, "segments of 1, 2 and 4 rows");
@@ -491,11 +528,11 @@ mod tests {
     fn rows_stop_at_the_limit() {
         let board = Scoreboard::new(1, 1);
         let last = (MAX_SCOREBOARD_ROWS - 1) as u32;
-        board.add(last + 1, 0, 1);
-        board.add(u32::MAX, 0, 1);
+        board.grow_for(last + 1);
+        board.apply(u32::MAX, 0, InlineKind::Add(1));
         assert!(board.row(last + 1).is_none());
         assert_eq!(board.vcpus(), 1, "nothing grown past the limit");
-        board.add(last, 0, 9);
+        board.apply(last, 0, InlineKind::Add(9));
         assert_eq!((board.get(last, 0), board.sum(0)), (9, 9));
         assert_eq!(board.vcpus(), MAX_SCOREBOARD_ROWS);
     }
@@ -507,6 +544,9 @@ mod tests {
         let entry = board.entry(1).expect("inside the row");
         entry.add(0, 5);
         entry.add(2, 7);
+        entry.add(3, 100); // no row yet: dropped
+        assert_eq!(entry.get(3), 0);
+        board.grow_for(3);
         entry.add(3, 100); // a row grown, not row 0 of a next board
         entry.set(1, 1);
         assert_eq!((entry.get(0), entry.get(1), entry.get(2)), (5, 1, 7));
@@ -524,6 +564,7 @@ mod tests {
             for vcpu in 1..9u32 {
                 let board = &board;
                 s.spawn(move || {
+                    board.grow_for(vcpu);
                     for _ in 0..1000 {
                         board.add(vcpu, 0, 1);
                     }
