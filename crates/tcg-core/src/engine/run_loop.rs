@@ -89,6 +89,9 @@ impl<F: Frontend> Engine<F> {
             }
             if self.signals.pending.load(Ordering::Relaxed) != 0 {
                 let pending = self.signals.pending.swap(0, Ordering::Acquire);
+                // Taken now: a note of it left by a callback whose loop
+                // does not look at notes must not end a later block early.
+                super::vcpu::forget_asked_on_this_thread();
                 if self.apply_code_requests(pending) {
                     vcpu.announce(self.current.id);
                 }
