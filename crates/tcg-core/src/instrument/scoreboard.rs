@@ -138,9 +138,10 @@ impl Scoreboard {
     /// (measured: the `insn` plugin's callback 2 host instructions fewer).
     /// With fewer than 2^32 slots (see [`Scoreboard::new`]) the index
     /// cannot overflow 64 bits; where usize is narrower, one too large is
-    /// no index. A write that finds no cell here calls
+    /// no index. An engine write that finds no cell here calls
     /// [`Scoreboard::grown_apply`] as its last step: a tail call, which
-    /// keeps the hot path free of a stack frame.
+    /// keeps the hot path free of a stack frame (a callback's write looks
+    /// at rows already made, [`Scoreboard::grown_cell`], and calls nothing).
     #[inline(always)]
     fn cell_in_row(&self, vcpu: u32, slot: usize) -> Option<&AtomicU64> {
         let index = u64::from(vcpu)
@@ -186,15 +187,14 @@ impl Scoreboard {
     /// [`MAX_SCOREBOARD_ROWS`]): for a vCPU that starts after the board
     /// was made, before its callbacks write to the board.
     pub fn grow_for(&self, vcpu: u32) {
-        if let Some(at) = self.grown_row(vcpu) {
-            self.grown_cells(at, true);
-        }
+        self.grown_cell(vcpu, 0, true);
     }
-    /// `slot` of `vcpu`'s grown row, if the row is made: no call and no
-    /// allocation, for the hot paths of callbacks.
+    /// `slot` of `vcpu`'s row past the first segment (`None` past the
+    /// row), the row made if `make` and missing. Without `make`: no call
+    /// and no allocation, for the hot paths of callbacks.
     #[inline(always)]
-    fn made_cell(&self, vcpu: u32, slot: usize) -> Option<&AtomicU64> {
-        self.grown_cells(self.grown_row(vcpu)?, false)?.get(slot)
+    fn grown_cell(&self, vcpu: u32, slot: usize, make: bool) -> Option<&AtomicU64> {
+        self.grown_cells(self.grown_row(vcpu)?, make)?.get(slot)
     }
     /// `op` on `slot` of `vcpu`'s row past the first segment, the row
     /// made if missing (nothing for a slot past the row): the cold path of
@@ -202,21 +202,14 @@ impl Scoreboard {
     #[cold]
     #[inline(never)]
     fn grown_apply(&self, vcpu: u32, slot: usize, op: InlineKind) {
-        if slot >= self.slots {
-            return;
-        }
-        let cell = self
-            .grown_row(vcpu)
-            .and_then(|at| self.grown_cells(at, true))
-            .and_then(|row| row.get(slot));
-        if let Some(c) = cell {
+        if let Some(c) = self.grown_cell(vcpu, slot, true) {
             apply_to(c, op);
         }
     }
     /// Value of `slot` of a grown row, without making it (0 if missing).
     #[inline(always)]
     fn grown_value(&self, vcpu: u32, slot: usize) -> u64 {
-        self.made_cell(vcpu, slot)
+        self.grown_cell(vcpu, slot, false)
             .map_or(0, |c| c.load(Ordering::Relaxed))
     }
     /// `vcpu`'s row of cells, made if the board had none for it yet
@@ -248,7 +241,10 @@ impl Scoreboard {
     /// Sets `slot` of `vcpu` to `value` (nothing for a vCPU with no row).
     #[inline]
     pub fn set(&self, vcpu: u32, slot: usize, value: u64) {
-        if let Some(c) = self.cell(vcpu, slot).or_else(|| self.made_cell(vcpu, slot)) {
+        if let Some(c) = self
+            .cell(vcpu, slot)
+            .or_else(|| self.grown_cell(vcpu, slot, false))
+        {
             c.store(value, Ordering::Relaxed);
         }
     }
@@ -270,7 +266,7 @@ impl Scoreboard {
         } else {
             self.cell(vcpu, slot)
         };
-        if let Some(c) = cell.or_else(|| self.made_cell(vcpu, slot)) {
+        if let Some(c) = cell.or_else(|| self.grown_cell(vcpu, slot, false)) {
             add_to(c, value);
         }
     }
@@ -409,7 +405,7 @@ impl ScoreboardEntry {
     pub fn add(&self, vcpu: u32, value: u64) {
         if let Some(c) = self
             .cell(vcpu)
-            .or_else(|| self.board.made_cell(vcpu, self.slot))
+            .or_else(|| self.board.grown_cell(vcpu, self.slot, false))
         {
             add_to(c, value);
         }
@@ -430,7 +426,7 @@ impl ScoreboardEntry {
     pub fn set(&self, vcpu: u32, value: u64) {
         if let Some(c) = self
             .cell(vcpu)
-            .or_else(|| self.board.made_cell(vcpu, self.slot))
+            .or_else(|| self.board.grown_cell(vcpu, self.slot, false))
         {
             c.store(value, Ordering::Relaxed);
         }
