@@ -447,7 +447,7 @@ impl ScoreboardEntry {
 }
 
 /// What an inline operation does to its scoreboard entry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum InlineKind {
     /// Adds the immediate (wrapping).
     Add(u64),

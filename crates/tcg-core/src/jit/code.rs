@@ -8,7 +8,7 @@ use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{FuncId, Module};
 
 use super::JitError;
-use super::codegen::MachineCode;
+use super::codegen::{Links, MachineCode};
 use super::runtime::JitCtx;
 
 /// The entry of one compiled block, a function of Cranelift's `tail`
@@ -53,17 +53,31 @@ impl CodeStore {
         Ok(store)
     }
 
-    /// Copies `code` in and makes it executable.
+    /// Copies `code`, which links nothing, in and makes it executable.
     pub(crate) fn define(&mut self, code: &MachineCode) -> Result<CodePtr, JitError> {
-        let placed = self.place(code)?;
+        let placed = self.place(code, &Links::default())?;
         self.finish()?;
         self.address(placed)
     }
 
-    /// Copies `code` in, executable only after the next
-    /// [`CodeStore::finish`]: a batch of blocks then shares pages and one
-    /// change of protection.
-    pub(crate) fn place(&mut self, code: &MachineCode) -> Result<Placed, JitError> {
+    /// Copies `code` in with `links`' values at its link sites,
+    /// executable only after the next [`CodeStore::finish`]: a batch of
+    /// blocks then shares pages and one change of protection.
+    pub(crate) fn place(&mut self, code: &MachineCode, links: &Links) -> Result<Placed, JitError> {
+        let mut linked;
+        let bytes = if code.links.is_empty() {
+            &code.bytes
+        } else {
+            linked = code.bytes.clone();
+            for site in &code.links {
+                let at = site.offset as usize;
+                let field = linked
+                    .get_mut(at..at + 8)
+                    .ok_or_else(|| JitError::Module(format!("link site {at} past the code")))?;
+                field.copy_from_slice(&links.value(site).to_ne_bytes());
+            }
+            &linked
+        };
         let module = self.module.as_mut().ok_or(JitError::Freed)?;
         // The declared signature is only used by calls between functions
         // of the module, which the code never makes.
@@ -71,7 +85,7 @@ impl CodeStore {
             .declare_anonymous_function(&Signature::new(CallConv::Tail))
             .map_err(|e| JitError::Module(e.to_string()))?;
         module
-            .define_function_bytes(id, code.align, &code.bytes, &[])
+            .define_function_bytes(id, code.align, bytes, &[])
             .map_err(|e| JitError::Module(format!("{e:?}")))?;
         self.code_bytes += code.bytes.len();
         Ok(Placed(id))

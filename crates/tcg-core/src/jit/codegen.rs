@@ -24,7 +24,10 @@ use super::runtime::{
 };
 use crate::memory::JitTlb;
 
+mod link;
 mod plan;
+use link::Link;
+pub(crate) use link::{LinkSite, Links};
 pub(crate) use plan::{Cell, CellOp, HookUse, MemDirect, PlanCode, TallyCode};
 
 /// One function's machine code, not yet in executable memory (see
@@ -34,54 +37,58 @@ pub(crate) struct MachineCode {
     pub bytes: Vec<u8>,
     /// The alignment the code needs.
     pub align: u64,
+    /// Where the placing engine's values go (see `link.rs`).
+    pub links: Vec<LinkSite>,
 }
 
-/// Compiles the function built in `ctx` (and clears `ctx`). The code must
-/// need no relocation: everything it calls or reads is an absolute
-/// address in an immediate.
+/// Compiles the function built in `ctx` (and clears `ctx`). Everything
+/// the code calls or reads is an absolute address in an immediate, the
+/// placing engine's values ([`Links`]) filled in when it is placed.
 pub(crate) fn emit(ctx: &mut Context, isa: &dyn TargetIsa) -> Result<MachineCode, JitError> {
     let code = ctx
         .compile(isa, &mut ControlPlane::default())
         .map_err(|e| JitError::Module(e.inner.to_string()))?;
-    if !code.buffer.relocs().is_empty() {
-        return Err(JitError::Module(
-            "generated code needs relocations".to_owned(),
-        ));
-    }
-    let machine = MachineCode {
-        bytes: code.code_buffer().to_vec(),
-        align: u64::from(code.buffer.alignment),
-    };
+    let bytes = code.code_buffer().to_vec();
+    let align = u64::from(code.buffer.alignment);
+    let relocs = code.buffer.relocs().to_vec();
+    let links = link::sites(&ctx.func, &relocs)?;
     ctx.clear();
-    Ok(machine)
+    Ok(MachineCode {
+        bytes,
+        align,
+        links,
+    })
 }
 
-/// What the generated code is made from: the block's IR and where the
-/// host things it refers to live. Owned, so that it can be sent to the
-/// background compiler.
+/// What the generated code is made from: the block's IR and the host
+/// things it calls, all but the values of its engine ([`Links`]). Owned,
+/// so that it can be sent to the background compiler; compared whole, so
+/// that two engines compiling equal sources may share the code.
+#[derive(Debug, PartialEq, Eq, Hash)]
 pub(crate) struct BlockSource {
     pub ir: IrBuilder,
     /// The block's guest pc.
     pub pc: u64,
-    /// Host address of the block's copy of its ops, and the size of one.
-    pub ops_addr: usize,
+    /// The size of one op in the block's copy of its ops
+    /// ([`Links::ops`]).
     pub op_size: usize,
     pub helpers: Helpers,
     /// The pc after the block's last instruction.
     pub fallthrough: u64,
-    /// Chaining: the host address of the block's two chain cells
-    /// (`[AtomicUsize; 2]`: the fall-through or static jump, the taken
-    /// branch) and the marker an exit through an empty cell leaves in
-    /// `JitCtx::unlinked` for cell 0 (cell 1's is one more). `None`: the
-    /// block never chains.
-    pub chain: Option<(usize, u64)>,
-    /// Indirect jumps: the address of the jump table
-    /// (`[JumpSlot; JUMP_SLOTS]`) and the lookup helper's key: the flags
-    /// the block was translated under (those of every block it may jump
-    /// into) and, from bit 32, its chain class. `None`: indirect jumps
-    /// return to the vCPU loop.
-    pub jumps: Option<(usize, u64)>,
-    /// The instrumentation compiled in, if any.
+    /// The block chains: it leaves for a static pc through its two chain
+    /// cells ([`Links::cells`], `[AtomicUsize; 2]`: the fall-through or
+    /// static jump, the taken branch), and an exit through an empty cell
+    /// leaves [`Links::marker`] in `JitCtx::unlinked` for cell 0 (cell
+    /// 1's is one more).
+    pub chains: bool,
+    /// Indirect jumps go through the jump table ([`Links::jumps`],
+    /// `[JumpSlot; JUMP_SLOTS]`), with this key for the lookup helper:
+    /// the flags the block was translated under (those of every block it
+    /// may jump into) and, from bit 32, its chain class. `None`: indirect
+    /// jumps return to the vCPU loop.
+    pub jump_key: Option<u64>,
+    /// The instrumentation compiled in, if any; its hook indices relative
+    /// to [`Links::hooks`] (`PlanCode::hooks` is 0).
     pub plan: Option<PlanCode>,
 }
 
@@ -369,7 +376,7 @@ impl Lowering<'_, '_> {
     /// writes the register file itself) or may not chain.
     fn enter_loop(&mut self) {
         let ir = &self.src.ir;
-        let loops = self.src.chain.is_some()
+        let loops = self.src.chains
             && !ir.insts.iter().any(|i| matches!(i, Inst::Interpret { .. }))
             && ir.insts.iter().any(|i| match *i {
                 Inst::Jump(target) => self.const_of(target) == Some(self.src.pc),
@@ -537,13 +544,12 @@ impl Lowering<'_, '_> {
         if let Some(head) = self.loop_head.filter(|_| next == self.src.pc) {
             return self.loop_back(executed, head);
         }
-        let Some((cells, marker)) = self.src.chain else {
+        if !self.src.chains {
             let pc = self.b.ins().iconst(I64, next as i64);
             return self.leave(executed, pc);
-        };
+        }
         let total = self.finish_block(executed);
-        let cell_addr = cells.wrapping_add(cell as usize * 8);
-        let cell_addr = self.b.ins().iconst(I64, cell_addr as i64);
+        let cell_addr = self.linked(Link::Cells, cell as i64 * 8);
         let target = self.b.ins().atomic_load(I64, trusted(), cell_addr);
         let back = self.b.create_block();
         self.unless_zero(target, back);
@@ -553,7 +559,7 @@ impl Lowering<'_, '_> {
         self.b.seal_block(back);
         self.b.switch_to_block(back);
         self.b.set_cold_block(back);
-        let marker = self.b.ins().iconst(I64, (marker + cell) as i64);
+        let marker = self.linked(Link::Marker, cell as i64);
         self.b
             .ins()
             .store(trusted(), marker, self.ctx, OFF_UNLINKED);
@@ -565,7 +571,7 @@ impl Lowering<'_, '_> {
     /// block the jump table (or the lookup helper, which fills it) names,
     /// if the budget allows, else back to the vCPU loop.
     fn leave_indirect(&mut self, executed: u32, target: ir::Value) {
-        let Some((table, flags)) = self.src.jumps else {
+        let Some(flags) = self.src.jump_key else {
             return self.leave(executed, target);
         };
         let total = self.finish_block(executed);
@@ -579,7 +585,7 @@ impl Lowering<'_, '_> {
             .ins()
             .band_imm_u(index, (super::JUMP_SLOTS - 1) as i64);
         let offset = self.b.ins().ishl_imm_u(index, 4);
-        let table = self.b.ins().iconst(I64, table as i64);
+        let table = self.linked(Link::Jumps, 0);
         let slot = self.b.ins().iadd(table, offset);
         let pc = self.b.ins().atomic_load(I64, trusted(), slot);
         let hit = self.b.ins().icmp(IntCC::Equal, pc, target);
@@ -653,11 +659,11 @@ impl Lowering<'_, '_> {
                 self.len = len;
                 self.interpreted_next = None;
                 if let Some(plan) = &self.src.plan {
-                    let (hooks, entry) = (plan.hooks, plan.entry);
+                    let entry = plan.entry;
                     if index == 0 {
                         self.inline_ops(0);
                         if entry.exec {
-                            self.call_hook(hooks, entry);
+                            self.call_hook(0, entry);
                         }
                     }
                     self.inline_ops(index as usize + 1);
@@ -902,17 +908,13 @@ impl Lowering<'_, '_> {
     /// and writes the register file itself.
     fn interpret(&mut self, index: u32) -> Option<ir::Value> {
         self.write_back(true);
-        let op = self
-            .src
-            .ops_addr
-            .wrapping_add(index as usize * self.src.op_size);
-        let op = self.b.ins().iconst(I64, op as i64);
+        let op = self.linked(Link::Ops, i64::from(index) * self.src.op_size as i64);
         let pc = self.b.ins().iconst(I64, self.pc as i64);
         let len = self.b.ins().iconst(I64, i64::from(self.len));
         let next = match self.hook_use(self.index).filter(|(_, u)| u.mem) {
             Some((hook, used)) => {
                 self.insn_calls |= used.mem_calls;
-                let hook = self.b.ins().iconst(I64, i64::from(hook));
+                let hook = self.linked(Link::Hooks, i64::from(hook));
                 self.helper(
                     self.src.helpers.interpret_watched,
                     self.sig_interpret_watched,

@@ -8,11 +8,11 @@
 //! compiled code, so lowering can grow one instruction at a time.
 
 /// A 64-bit value produced by an earlier IR instruction of the same block.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Value(pub(crate) u32);
 
 /// Two-operand integer operations. Shift amounts are taken modulo 64.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum BinOp {
     /// Wrapping addition.
     Add,
@@ -52,7 +52,7 @@ pub enum BinOp {
 }
 
 /// One-operand operations.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum UnOp {
     /// Sign-extends the low 32 bits.
     Sext32,
@@ -61,7 +61,7 @@ pub enum UnOp {
 }
 
 /// Comparisons; the result is 1 or 0.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Cond {
     /// Equal.
     Eq,
@@ -78,7 +78,7 @@ pub enum Cond {
 }
 
 /// One IR instruction.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Inst {
     /// A guest instruction starts: index in the block, its pc and length.
     Begin {
@@ -120,7 +120,7 @@ pub(crate) enum Inst {
 
 /// Builds the IR of one block, one guest instruction at a time; handed to
 /// [`crate::Frontend::lower`].
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq, Eq, Hash)]
 pub struct IrBuilder {
     pub(crate) insts: Vec<Inst>,
     /// Where the current guest instruction's IR starts, to drop it when

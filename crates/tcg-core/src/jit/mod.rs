@@ -43,7 +43,7 @@ use crate::engine::Engine;
 use crate::frontend::Frontend;
 use crate::memory::GuestMemory;
 use code::{CodePtr, CodeStore, Placed};
-use codegen::{Cell, CellOp, HookUse, MachineCode, MemDirect, PlanCode, TallyCode};
+use codegen::{Cell, CellOp, HookUse, Links, MachineCode, MemDirect, PlanCode, TallyCode};
 pub(crate) use runtime::CompiledEnd;
 use runtime::Helpers;
 use worker::{Done, Job, Worker};
@@ -113,9 +113,12 @@ struct Compiled<Op> {
     pending: bool,
     /// Referenced by address from the code; boxed so it never moves.
     _ops: Box<[Op]>,
-    /// The blocks this one jumps straight into (see `codegen::BlockSource::chain`),
+    /// The blocks this one jumps straight into (see `codegen::BlockSource::chains`),
     /// by code address, 0 for none; read by the code, by address.
     cells: Box<[AtomicUsize; 2]>,
+    /// What the code takes from this generation: the addresses of the two
+    /// fields above, of the jump table, and so on.
+    links: Links,
     /// The block id it was compiled from.
     tb: u32,
     /// The blocks it jumps into straight; `None`: it always returns to
@@ -755,29 +758,31 @@ impl JitCompiler {
         };
         let boxed: Box<[F::Op]> = ops.iter().map(|o| o.op).collect();
         let cells: Box<[AtomicUsize; 2]> = Box::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
+        let links = Links {
+            ops: boxed.as_ptr() as u64,
+            cells: cells.as_ptr() as u64,
+            marker: u64::from(index) * 2 + 1,
+            jumps: blocks.jumps_addr() as u64,
+            hooks: plan.as_ref().map_or(0, |p| u64::from(p.hooks)),
+        };
+        let baked = plan.clone();
         let src = codegen::BlockSource {
             ir,
             pc: tb.pc,
-            ops_addr: boxed.as_ptr() as usize,
             op_size: std::mem::size_of::<F::Op>(),
             helpers: self.helpers,
             fallthrough: tb.pc.wrapping_add(u64::from(tb.size)),
-            chain: chain.map(|_| (cells.as_ptr() as usize, u64::from(index) * 2 + 1)),
-            jumps: chain.map(|class| {
-                (
-                    blocks.jumps_addr(),
-                    u64::from(tb.flags) | (class as u64) << 32,
-                )
-            }),
-            plan,
+            chains: chain.is_some(),
+            jump_key: chain.map(|class| u64::from(tb.flags) | (class as u64) << 32),
+            plan: plan.map(|p| PlanCode { hooks: 0, ..p }),
         };
         let regs_used = src.ir.regs_used;
-        let baked = src.plan.clone();
         blocks.compiled.push(Compiled {
             code: None,
             pending: true,
             _ops: boxed,
             cells,
+            links,
             tb: id,
             class: chain,
             regs_used,
@@ -899,11 +904,16 @@ impl JitCompiler {
     ) -> Option<Placed> {
         let entry = blocks.compiled.get_mut(index as usize)?;
         entry.pending = false;
+        let links = entry.links;
         let placed = code.and_then(|code| {
             if blocks.store.is_none() {
                 blocks.store = Some(CodeStore::new(self.isa.clone(), &self.trampoline)?);
             }
-            blocks.store.as_mut().ok_or(JitError::Freed)?.place(&code)
+            blocks
+                .store
+                .as_mut()
+                .ok_or(JitError::Freed)?
+                .place(&code, &links)
         });
         placed.ok()
     }

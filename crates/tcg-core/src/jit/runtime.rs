@@ -71,7 +71,7 @@ pub(crate) const OFF_LEAVE: i32 = offset_of!(JitCtx, leave) as i32;
 pub(crate) const OFF_RESULT: i32 = offset_of!(JitCtx, result) as i32;
 
 /// Host addresses of the helpers one frontend's compiled code calls.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Helpers {
     /// `fn(ctx, addr) -> u64` per size index (1, 2, 4, 8 bytes) and
     /// signedness.

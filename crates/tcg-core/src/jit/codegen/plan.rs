@@ -6,17 +6,18 @@
 use cranelift_codegen::ir::{self, InstBuilder, condcodes::IntCC, types::I64};
 
 use super::super::runtime::{CELL_ADD, CELL_STORE, MEM_STORE, OFF_LEAVE, OFF_REGS};
-use super::{Lowering, trusted};
+use super::{Link, Lowering, trusted};
 use crate::instrument::InlineKind;
 
 /// An instrumented block's plan as its code runs it: hooks (actions
 /// before instructions, memory actions at accesses) through helper calls,
 /// and the adds of a block of inline adds only (`ExecMode::Tally`) inline
 /// at each way out.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub(crate) struct PlanCode {
     /// Index in `Generation::hooks` of the block's entry hook; instruction
-    /// `i`'s is one more than `i` past it.
+    /// `i`'s is one more than `i` past it. The code reads it from its
+    /// links (`Links::hooks`); 0 in a `BlockSource`.
     pub hooks: u32,
     pub entry: HookUse,
     /// Per instruction.
@@ -29,14 +30,14 @@ pub(crate) struct PlanCode {
 }
 
 /// A scoreboard cell of the executing vCPU's row and what to do to it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct CellOp {
     pub cell: Cell,
     pub kind: InlineKind,
 }
 
 /// Where one entry of a scoreboard is, for compiled code.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Cell {
     /// Address of the board's first cell, its row length and the rows of
     /// its first segment; the board's address, for a row past them.
@@ -48,7 +49,7 @@ pub(crate) struct Cell {
 }
 
 /// What one hook holds.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub(crate) struct HookUse {
     /// Actions before the instruction (or on entry); some may be
     /// callbacks, some of which may read the registers.
@@ -67,7 +68,7 @@ pub(crate) struct HookUse {
 }
 
 /// A memory hook that is one inlined callback.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct MemDirect {
     pub entry: usize,
     pub data: usize,
@@ -78,7 +79,7 @@ pub(crate) struct MemDirect {
 /// The adds to one scoreboard entry of a tally block: in the executing
 /// vCPU's row, `prefix[n - 1]` when the block is left after `n`
 /// instructions.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct TallyCode {
     pub cell: Cell,
     pub prefix: Vec<u64>,
@@ -168,16 +169,17 @@ impl Lowering<'_, '_> {
         self.b.switch_to_block(done);
     }
 
-    /// The hook of instruction `index` (`None`: no plan).
+    /// The hook of instruction `index`, relative to the block's entry
+    /// hook (`None`: no plan).
     pub(super) fn hook_use(&self, index: u32) -> Option<(u32, HookUse)> {
         let plan = self.src.plan.as_ref()?;
         let used = plan.insns.get(index as usize).copied()?;
-        Some((plan.hooks + 1 + index, used))
+        Some((1 + index, used))
     }
 
-    /// Calls the hook helper for hook `hook` before the instruction at
-    /// `pc`; with callbacks that read registers, the register file is
-    /// brought up to date first.
+    /// Calls the hook helper for hook `hook` (relative to the block's
+    /// entry hook) before the instruction at `pc`; with callbacks that
+    /// read registers, the register file is brought up to date first.
     pub(super) fn call_hook(&mut self, hook: u32, used: HookUse) {
         if used.exec_regs {
             self.write_back(false);
@@ -185,10 +187,12 @@ impl Lowering<'_, '_> {
         self.insn_calls |= used.exec_calls;
         let pc = self.b.ins().iconst(I64, self.pc as i64);
         let (helper, first) = match used.exec_direct {
-            Some((entry, data)) => (entry, data as i64),
-            None => (self.src.helpers.run_hook, i64::from(hook)),
+            Some((entry, data)) => (entry, self.b.ins().iconst(I64, data as i64)),
+            None => (
+                self.src.helpers.run_hook,
+                self.linked(Link::Hooks, i64::from(hook)),
+            ),
         };
-        let first = self.b.ins().iconst(I64, first);
         self.helper(helper, self.sig_hook, &[self.ctx, first, pc]);
         // The helper borrowed the register file anew.
         let base = self.b.ins().load(I64, trusted(), self.ctx, OFF_REGS);
@@ -207,11 +211,13 @@ impl Lowering<'_, '_> {
         let (helper, first) = match used.mem_direct {
             // Its filter does not select this access.
             Some(d) if !(if store { d.stores } else { d.loads }) => return,
-            Some(d) => (d.entry, d.data as i64),
-            None => (self.src.helpers.mem_hook, i64::from(hook)),
+            Some(d) => (d.entry, self.b.ins().iconst(I64, d.data as i64)),
+            None => (
+                self.src.helpers.mem_hook,
+                self.linked(Link::Hooks, i64::from(hook)),
+            ),
         };
         self.insn_calls |= used.mem_calls;
-        let first = self.b.ins().iconst(I64, first);
         let pc = self.b.ins().iconst(I64, self.pc as i64);
         let kind = self.b.ins().iconst(I64, kind as i64);
         self.helper(
