@@ -80,6 +80,12 @@ pub struct RunArgs {
     /// `TCGKIT_JIT_BACKGROUND` says the same.
     #[arg(long, value_name = "on|off", env = "TCGKIT_JIT_BACKGROUND", value_parser = parse_switch)]
     jit_background: Option<bool>,
+    /// With `--jit on` and host threads: a block hot in several guest
+    /// threads is compiled once, its code shared by their engines (`on`,
+    /// the default), or once per thread (`off`); `TCGKIT_JIT_SHARE` says
+    /// the same.
+    #[arg(long, value_name = "on|off", env = "TCGKIT_JIT_SHARE", value_parser = parse_switch)]
+    jit_share: Option<bool>,
     /// How guest threads run: each on a host thread of its own (`host`,
     /// the default, as qemu-user runs them), or taking turns on one
     /// (`turns`); `TCGKIT_THREADS` says the same.
@@ -133,6 +139,9 @@ impl ExecLauncher {
                 "--jit-background",
                 if background { "on" } else { "off" }.into(),
             );
+        }
+        if let Some(share) = args.jit_share {
+            option("--jit-share", if share { "on" } else { "off" }.into());
         }
         if let Some(host) = args.threads {
             option("--threads", if host { "host" } else { "turns" }.into());
@@ -417,7 +426,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         .with_strace(args.strace)
         .with_prefix(prefix)
         .with_launcher(Some(std::sync::Arc::new(launcher)))
-        .with_host_threads(args.threads.unwrap_or(true));
+        .with_host_threads(args.threads.unwrap_or(true))
+        .with_shared_code(args.jit_share.unwrap_or(true));
     let mut process = Process::from_image_with_options(image, &guest, &argv, &env, options)
         .map_err(|e| anyhow::anyhow!("cannot run {}: {e}", guest.display()))?;
     // Every module the guest maps (the program, ld.so, its libraries,
@@ -605,11 +615,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         );
         if jit {
             eprintln!(
-                "tcgkit: jit: {} blocks compiled ({} bytes), {} compiled block runs in {} entries",
+                "tcgkit: jit: {} blocks compiled ({} bytes), {} compiled block runs in {} entries; {} blocks placed code compiled before (by another thread, or before a flush)",
                 stats.blocks_compiled,
                 stats.compiled_bytes,
                 stats.compiled_blocks_executed,
-                stats.compiled_entries
+                stats.compiled_entries,
+                stats.blocks_adopted
             );
         }
     }

@@ -260,6 +260,52 @@ fn many_threads_alive_at_once() {
 }
 
 #[test]
+fn threads_share_compiled_code() {
+    // 40 threads running the same code: with sharing (the default) one
+    // engine compiles a block and the others place its code; without,
+    // each thread compiles its own (placing again only what it compiled
+    // before a flush). The output is the same either way.
+    let guest = fixtures().join("many_threads");
+    let expected = std::fs::read(recorded("many_threads").0).expect("recorded stdout");
+    let run = |share: &str| {
+        let options = [
+            "run",
+            "--stats",
+            "--jit",
+            "on",
+            "--jit-threshold",
+            "0",
+            "--threads",
+            "host",
+            "--jit-share",
+            share,
+        ];
+        let ours = execute(env!("CARGO_BIN_EXE_tcgkit"), &options, &guest, &[], b"");
+        let stderr = String::from_utf8_lossy(&ours.stderr).into_owned();
+        assert!(ours.stdout == expected, "--jit-share {share}: {stderr}");
+        let line = stderr
+            .lines()
+            .find(|l| l.starts_with("tcgkit: jit: "))
+            .unwrap_or_else(|| panic!("no jit statistics in {stderr}"));
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let number = |at: usize| -> u64 { words[at].parse().expect(line) };
+        let placed_at = words
+            .iter()
+            .position(|w| *w == "placed")
+            .expect(line)
+            .checked_sub(2)
+            .expect(line);
+        // Blocks Cranelift compiled.
+        number(2) - number(placed_at)
+    };
+    let (shared, alone) = (run("on"), run("off"));
+    assert!(
+        shared * 2 < alone,
+        "{shared} compiled sharing, {alone} alone"
+    );
+}
+
+#[test]
 fn signals_between_threads() {
     differential_threaded("thread_signals", "thread_signals", &[], b"");
 }

@@ -897,7 +897,7 @@ impl<'p> Server<'p> {
         // As QEMU numbers them: one past the highest of the live threads,
         // so an exited thread's index is taken again.
         let vcpu = self.peers.iter().map(|p| p.vcpu + 1).max().unwrap_or(0);
-        let engine = match &p.options.engine_factory {
+        let mut engine = match &p.options.engine_factory {
             Some(make) => make(vcpu),
             None => {
                 let mut engine = Engine::new(Rv64::new());
@@ -906,6 +906,9 @@ impl<'p> Server<'p> {
                 engine
             }
         };
+        if p.options.share_compiled_code {
+            engine.share_compiled_code(&p.engine);
+        }
         if let Some(observer) = p.observer.as_mut() {
             observer.on_vcpu_start(vcpu, &cpu);
         }

@@ -118,6 +118,11 @@ pub struct Options {
     /// vCPU index (with host threads); without one a thread's engine is a
     /// plain one with the first engine's JIT configuration.
     pub engine_factory: Option<Arc<EngineFactory>>,
+    /// With host threads, each thread's engine shares compiled code with
+    /// the engine of the thread that started it (the default; see
+    /// `Engine::share_compiled_code`): a block hot in several threads is
+    /// compiled once.
+    pub share_compiled_code: bool,
 }
 
 impl Default for Options {
@@ -128,6 +133,7 @@ impl Default for Options {
             launcher: None,
             host_threads: true,
             engine_factory: None,
+            share_compiled_code: true,
         }
     }
 }
@@ -140,6 +146,7 @@ impl std::fmt::Debug for Options {
             .field("launcher", &self.launcher.is_some())
             .field("host_threads", &self.host_threads)
             .field("engine_factory", &self.engine_factory.is_some())
+            .field("share_compiled_code", &self.share_compiled_code)
             .finish()
     }
 }
@@ -160,6 +167,12 @@ impl Options {
     /// Options with guest threads on host threads or not.
     pub fn with_host_threads(mut self, host_threads: bool) -> Options {
         self.host_threads = host_threads;
+        self
+    }
+
+    /// Options with the threads' engines sharing compiled code or not.
+    pub fn with_shared_code(mut self, share: bool) -> Options {
+        self.share_compiled_code = share;
         self
     }
 

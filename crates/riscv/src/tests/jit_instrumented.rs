@@ -424,3 +424,68 @@ fn blocks_inside_interpreted_runs_get_compiled() {
         stats.compiled_blocks_executed
     );
 }
+
+/// Runs `code` at `at` (a fresh memory) on `engine`; the exit and the
+/// registers.
+fn run_code(engine: &mut Engine<Rv64>, at: u64, code: &[u32]) -> (CpuExit, Vec<u64>) {
+    let bytes: Vec<u8> = code.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let mut mem = GuestMemory::new();
+    mem.map(at, 0x4000, Perms::READ | Perms::EXEC).unwrap();
+    mem.write_initial(at, &bytes).unwrap();
+    mem.map(DATA, 0x1000, Perms::READ | Perms::WRITE).unwrap();
+    let mut cpu = Cpu::new();
+    cpu.set_x(BASE, DATA);
+    cpu.set_pc(at);
+    let exit = engine.run(&mut cpu, &mut mem);
+    (exit, (0..32).map(|i| cpu.x(i)).collect())
+}
+
+#[test]
+fn an_engine_sharing_code_runs_planned_blocks_with_its_own_hooks() {
+    // Callbacks through the hook helper: the code names hooks by index
+    // in its generation, which differs between the two engines.
+    let watch = Arc::new(Watch::new(0, 0, false, false));
+    let jit = JitConfig::on(0);
+    let engine = || {
+        let mut engine = Engine::new(Rv64::new());
+        engine.set_jit(jit).unwrap();
+        engine.set_instrumentation(Some(Arc::clone(&watch) as Arc<dyn Instrumentation>));
+        engine
+    };
+    let counts = |vcpu| [watch.board.get(vcpu, 0), watch.board.get(vcpu, 1)];
+    let take_log = || std::mem::take(&mut *watch.log.lock().unwrap());
+
+    let mut first = engine();
+    let first_end = run_code(&mut first, CODE, &program());
+    let first_log = take_log();
+    let first_counts = counts(0);
+    let compiled = first.stats().blocks_compiled;
+    assert!(compiled >= 2, "{compiled} blocks compiled");
+
+    let mut second = engine();
+    second.share_compiled_code(&first);
+    // Blocks elsewhere first (counted on vCPU 2): the second engine's
+    // hooks for the program come at other indices than the first one's.
+    second.set_vcpu_index(2);
+    let elsewhere = CODE + 0x8000;
+    let other = [enc::addi(6, 0, 5), enc::store(3, BASE, 6, 0), enc::ECALL];
+    assert_eq!(run_code(&mut second, elsewhere, &other).0, CpuExit::Syscall);
+    assert!(!take_log().is_empty());
+    // Then the program on vCPU 1: its row of the board (which the
+    // conditional callback reads) starts at 0 as the first one's did.
+    second.set_vcpu_index(1);
+    let before = counts(1);
+    assert_eq!(run_code(&mut second, CODE, &program()), first_end);
+    let log = take_log();
+    let differ = log.iter().zip(&first_log).position(|(a, b)| a != b);
+    assert_eq!(differ, None, "the first event that differs");
+    assert_eq!(log.len(), first_log.len());
+    let after = counts(1);
+    assert_eq!(
+        [after[0] - before[0], after[1] - before[1]],
+        first_counts,
+        "the board's counts"
+    );
+    let stats = second.stats();
+    assert_eq!(stats.blocks_adopted, compiled, "{stats:?}");
+}

@@ -29,8 +29,13 @@ const D: u32 = 3;
 /// word at a1+8; `amoadd.w` 1 at a1+12 (the other half of that
 /// doubleword); `fence`; `sb` of a4 at a1+16+a4.
 fn program() -> Vec<u8> {
+    program_adding(1)
+}
+
+/// [`program`] with `step` in place of the 1 the AMOs add.
+fn program_adding(step: i32) -> Vec<u8> {
     let code = [
-        enc::addi(T1, 0, 1),
+        enc::addi(T1, 0, step),
         enc::addi(A1 + 1, A1, 8),  // a2 = a1 + 8
         enc::addi(A1 + 2, A1, 12), // a3 = a1 + 12
         enc::add(A1 + 4, A1, A4),  // a5 = a1 + a4
@@ -51,17 +56,34 @@ fn program() -> Vec<u8> {
     code.iter().flat_map(|w| w.to_le_bytes()).collect()
 }
 
-fn hammer(jit: JitConfig) {
+/// Memory holding `code` at CODE and an empty DATA page.
+fn memory(code: &[u8]) -> GuestMemory {
     let mut mem = GuestMemory::new();
     mem.map(CODE, 0x1000, Perms::READ | Perms::EXEC).unwrap();
-    mem.write_initial(CODE, &program()).unwrap();
+    mem.write_initial(CODE, code).unwrap();
     mem.map(DATA, 0x1000, Perms::READ | Perms::WRITE).unwrap();
+    mem
+}
+
+/// Runs the litmus on `THREADS` harts; with `share`, their engines share
+/// compiled code (see `Engine::share_compiled_code`).
+fn hammer(jit: JitConfig, share: bool) {
+    let mut mem = memory(&program());
     let views: Vec<GuestMemory> = (0..THREADS).map(|_| mem.share()).collect();
+    let mut first = Engine::new(Rv64::new());
+    first.set_jit(jit).unwrap();
+    let mut engines = vec![first];
+    for _ in 1..THREADS {
+        let mut engine = Engine::new(Rv64::new());
+        engine.set_jit(jit).unwrap();
+        if share {
+            engine.share_compiled_code(&engines[0]);
+        }
+        engines.push(engine);
+    }
     std::thread::scope(|s| {
-        for (t, mut view) in views.into_iter().enumerate() {
+        for (t, (mut view, mut engine)) in views.into_iter().zip(engines).enumerate() {
             s.spawn(move || {
-                let mut engine = Engine::new(Rv64::new());
-                engine.set_jit(jit).unwrap();
                 let mut cpu = Cpu::new();
                 cpu.set_pc(CODE);
                 cpu.set_x(A0, ROUNDS);
@@ -83,10 +105,70 @@ fn hammer(jit: JitConfig) {
 
 #[test]
 fn interpreted_harts_on_threads_count_exactly() {
-    hammer(JitConfig::OFF);
+    hammer(JitConfig::OFF, false);
 }
 
 #[test]
 fn compiled_harts_on_threads_count_exactly() {
-    hammer(JitConfig::on(0));
+    hammer(JitConfig::on(0), false);
+}
+
+#[test]
+fn compiled_harts_sharing_code_count_exactly() {
+    hammer(JitConfig::on(0), true);
+    // Compiled in the background while the harts run, adopted by some.
+    hammer(JitConfig::on(50), true);
+}
+
+/// Runs `code` on one hart of `engine` for 100 rounds; the doubleword
+/// the `amoadd.d` adds to.
+fn run_alone(engine: &mut Engine<Rv64>, code: &[u8]) -> u64 {
+    let mut mem = memory(code);
+    let mut cpu = Cpu::new();
+    cpu.set_pc(CODE);
+    cpu.set_x(A0, 100);
+    cpu.set_x(A1, DATA);
+    cpu.set_x(A4, 1);
+    assert_eq!(engine.run(&mut cpu, &mut mem), CpuExit::Syscall);
+    mem.load(DATA, 8).unwrap()
+}
+
+#[test]
+fn engines_sharing_code_adopt_equal_blocks_only() {
+    let jit = JitConfig::on(0);
+    let mut first = Engine::new(Rv64::new());
+    first.set_jit(jit).unwrap();
+    assert_eq!(run_alone(&mut first, &program()), 100);
+    let compiled = first.stats().blocks_compiled;
+    assert!(compiled >= 2, "{compiled} blocks compiled");
+    assert_eq!(first.stats().blocks_adopted, 0);
+
+    // The same code: every block's code is the first engine's.
+    let mut second = Engine::new(Rv64::new());
+    second.set_jit(jit).unwrap();
+    second.share_compiled_code(&first);
+    assert_eq!(run_alone(&mut second, &program()), 100);
+    let stats = second.stats();
+    assert_eq!(
+        (stats.blocks_compiled, stats.blocks_adopted),
+        (compiled, compiled)
+    );
+    assert_eq!(
+        stats.compiled_blocks_executed,
+        first.stats().compiled_blocks_executed
+    );
+
+    // Other instructions at the same addresses (the first block adds 2):
+    // that block compiles anew, the unchanged loop blocks are adopted.
+    let mut third = Engine::new(Rv64::new());
+    third.share_compiled_code(&first);
+    third.set_jit(jit).unwrap();
+    assert_eq!(run_alone(&mut third, &program_adding(2)), 200);
+    let stats = third.stats();
+    assert_eq!(stats.blocks_compiled, compiled);
+    assert!(
+        stats.blocks_adopted > 0 && stats.blocks_adopted < compiled,
+        "{} of {compiled} adopted",
+        stats.blocks_adopted
+    );
 }

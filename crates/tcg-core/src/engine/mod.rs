@@ -207,6 +207,11 @@ pub struct EngineStats {
     pub retired_bytes: u64,
     /// Blocks compiled to host code by the JIT.
     pub blocks_compiled: u64,
+    /// Of those, blocks given code compiled before from the same source
+    /// and placed again: by another engine sharing code with this one
+    /// (see [`Engine::share_compiled_code`]), or by this one before a
+    /// flush. The rest were compiled by Cranelift.
+    pub blocks_adopted: u64,
     /// Blocks that ran as compiled code (entered from the loop or
     /// chained to).
     pub compiled_blocks_executed: u64,
@@ -237,6 +242,7 @@ impl std::ops::AddAssign for EngineStats {
             current_bytes,
             retired_bytes,
             blocks_compiled,
+            blocks_adopted,
             compiled_blocks_executed,
             compiled_bytes,
             compiled_entries,
@@ -254,6 +260,7 @@ impl std::ops::AddAssign for EngineStats {
         self.current_bytes += current_bytes;
         self.retired_bytes += retired_bytes;
         self.blocks_compiled += blocks_compiled;
+        self.blocks_adopted += blocks_adopted;
         self.compiled_blocks_executed += compiled_blocks_executed;
         self.compiled_bytes += compiled_bytes;
         self.compiled_entries += compiled_entries;
@@ -365,6 +372,27 @@ impl<F: Frontend> Engine<F> {
             self.current.jit.ensure(last as u32);
         }
         Ok(())
+    }
+
+    /// Shares compiled code with `other`, the engine of another thread of
+    /// the same guest process: a block hot in both is compiled once, and
+    /// the engine that meets it second places the first one's code
+    /// (`blocks_adopted` in [`EngineStats`]). Only code is shared: each
+    /// engine keeps its own blocks, plans and generations. Nothing is
+    /// shared while `other` has never had the JIT on; this engine compiles
+    /// only while its own JIT is on ([`Engine::set_jit`]).
+    pub fn share_compiled_code(&mut self, other: &Engine<F>) {
+        let Some(shared) = other.jit.as_ref().map(|j| Arc::clone(j.shared())) else {
+            return;
+        };
+        self.jit = Some(match self.jit.take() {
+            Some(mut old) => {
+                let published = old.stop_worker(&mut self.current.jit);
+                self.stats.blocks_compiled += published as u64;
+                old.replaced_by(shared)
+            }
+            None => JitCompiler::sharing(shared),
+        });
     }
 
     /// Stops the engine's own host threads (the JIT's background
@@ -677,6 +705,7 @@ impl<F: Frontend> Engine<F> {
             current_bytes: self.current.bytes() as u64,
             retired_bytes: self.retired.iter().map(|g| g.bytes() as u64).sum(),
             compiled_bytes: self.current.jit.code_bytes() as u64,
+            blocks_adopted: self.stats.blocks_adopted + self.jit.as_ref().map_or(0, |j| j.adopted),
             ..self.stats
         }
     }

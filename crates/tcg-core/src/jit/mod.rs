@@ -24,12 +24,13 @@ mod code;
 mod codegen;
 mod ir;
 mod runtime;
+mod shared;
 mod worker;
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use cranelift_codegen::Context;
-use cranelift_codegen::isa::OwnedTargetIsa;
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_frontend::FunctionBuilderContext;
 
@@ -46,6 +47,7 @@ use code::{CodePtr, CodeStore, Placed};
 use codegen::{Cell, CellOp, HookUse, Links, MachineCode, MemDirect, PlanCode, TallyCode};
 pub(crate) use runtime::CompiledEnd;
 use runtime::Helpers;
+pub(crate) use shared::SharedCode;
 use worker::{Done, Job, Worker};
 
 /// Whether and when the engine compiles blocks.
@@ -636,18 +638,18 @@ where
 
 /// Compiles blocks; one per engine, reused for every block.
 pub(crate) struct JitCompiler {
-    isa: OwnedTargetIsa,
-    helpers: Helpers,
+    /// What it shares with the compilers of the engines it shares code
+    /// with (see `shared.rs`).
+    shared: Arc<SharedCode>,
     ctx: Context,
     fctx: FunctionBuilderContext,
-    /// The code every store starts with (see `codegen::build_trampoline`).
-    trampoline: MachineCode,
     /// Started on the first background compile.
     worker: Option<Worker>,
-    /// The memory stubs every block's slow paths call (see
-    /// `Helpers::load_stub`), for as long as the compiler lives: longer
-    /// than any generation's code.
-    _stubs: CodeStore,
+    /// Blocks given code another engine compiled.
+    pub(crate) adopted: u64,
+    /// What compilers this one replaced shared: code they placed calls
+    /// their stubs and may still be in the engine's generations.
+    _replaced: Vec<Arc<SharedCode>>,
 }
 
 impl JitCompiler {
@@ -696,15 +698,37 @@ impl JitCompiler {
             }
             helpers.store_stub[size] = stub(helpers.store[size], true)?;
         }
-        Ok(JitCompiler {
-            isa,
-            helpers,
-            ctx,
-            fctx,
-            trampoline,
+        let shared = SharedCode::new(isa, helpers, trampoline, stubs);
+        Ok(Self::sharing(Arc::new(shared)))
+    }
+
+    /// A compiler sharing `shared` (that of the engine it shares code
+    /// with; always made by [`JitCompiler::new`] for the same frontend).
+    pub(crate) fn sharing(shared: Arc<SharedCode>) -> Self {
+        JitCompiler {
+            shared,
+            ctx: Context::new(),
+            fctx: FunctionBuilderContext::new(),
             worker: None,
-            _stubs: stubs,
-        })
+            adopted: 0,
+            _replaced: Vec::new(),
+        }
+    }
+
+    /// A compiler sharing `shared` in place of this one, whose worker
+    /// has been stopped: it counts on from this one's adoptions, and
+    /// keeps what this one shared alive (its code may still run).
+    pub(crate) fn replaced_by(self, shared: Arc<SharedCode>) -> Self {
+        let mut next = Self::sharing(shared);
+        next.adopted = self.adopted;
+        next._replaced = self._replaced;
+        next._replaced.push(self.shared);
+        next
+    }
+
+    /// What this compiler shares (for [`JitCompiler::sharing`]).
+    pub(crate) fn shared(&self) -> &Arc<SharedCode> {
+        &self.shared
     }
 
     /// Compiles block `id` (`tb`, its `ops`) into `blocks`, with chain
@@ -770,7 +794,7 @@ impl JitCompiler {
             ir,
             pc: tb.pc,
             op_size: std::mem::size_of::<F::Op>(),
-            helpers: self.helpers,
+            helpers: self.shared.helpers,
             fallthrough: tb.pc.wrapping_add(u64::from(tb.size)),
             chains: chain.is_some(),
             jump_key: chain.map(|class| u64::from(tb.flags) | (class as u64) << 32),
@@ -793,6 +817,13 @@ impl JitCompiler {
         if let Some(c) = blocks.code.get_mut(slot) {
             *c = index;
         }
+        if let Some(code) = self.shared.find(&src) {
+            let placed = self.publish(blocks, index, Ok(code));
+            if placed == Ok(true) {
+                self.adopted += 1;
+            }
+            return placed;
+        }
         let src = if background {
             let job = Job {
                 instance: blocks.instance,
@@ -808,16 +839,16 @@ impl JitCompiler {
             src
         };
         self.ctx.clear();
-        codegen::build(&mut self.ctx.func, &mut self.fctx, &*self.isa, &src);
-        let code = codegen::emit(&mut self.ctx, &*self.isa);
+        let code = compile_shared(&self.shared, &mut self.ctx, &mut self.fctx, src);
         self.publish(blocks, index, code)
     }
 
     /// The compiler thread, started if it was not.
     fn background(&mut self) -> &mut Worker {
-        let isa = &self.isa;
-        self.worker
-            .get_or_insert_with(|| Worker::spawn(isa.clone()).unwrap_or_else(|_| Worker::dead()))
+        let shared = &self.shared;
+        self.worker.get_or_insert_with(|| {
+            Worker::spawn(Arc::clone(shared)).unwrap_or_else(|_| Worker::dead())
+        })
     }
 
     /// Publishes what the compiler thread finished for `blocks` (results
@@ -852,12 +883,13 @@ impl JitCompiler {
             instance,
             index,
             code,
+            adopted,
         } in done
         {
             if instance == blocks.instance
                 && let Some(p) = self.place(blocks, index, code)
             {
-                placed.push((index, p));
+                placed.push((index, p, adopted));
             }
         }
         if placed.is_empty() {
@@ -866,13 +898,14 @@ impl JitCompiler {
         // One change of protection for the batch.
         let finished = blocks.store.as_mut().map(CodeStore::finish);
         let mut published = 0;
-        for (index, p) in placed {
+        for (index, p, adopted) in placed {
             let ptr = match (&finished, &blocks.store) {
                 (Some(Ok(())), Some(store)) => store.address(p).ok(),
                 _ => None,
             };
             if Self::set_code(blocks, index, ptr) {
                 published += 1;
+                self.adopted += u64::from(adopted);
             }
         }
         published
@@ -884,7 +917,7 @@ impl JitCompiler {
         &mut self,
         blocks: &mut JitBlocks<Op>,
         index: u32,
-        code: Result<MachineCode, JitError>,
+        code: Result<Arc<MachineCode>, JitError>,
     ) -> Result<bool, JitError> {
         let ptr = self.place(blocks, index, code).and_then(|p| {
             let store = blocks.store.as_mut()?;
@@ -900,14 +933,15 @@ impl JitCompiler {
         &mut self,
         blocks: &mut JitBlocks<Op>,
         index: u32,
-        code: Result<MachineCode, JitError>,
+        code: Result<Arc<MachineCode>, JitError>,
     ) -> Option<Placed> {
         let entry = blocks.compiled.get_mut(index as usize)?;
         entry.pending = false;
         let links = entry.links;
         let placed = code.and_then(|code| {
             if blocks.store.is_none() {
-                blocks.store = Some(CodeStore::new(self.isa.clone(), &self.trampoline)?);
+                let shared = &self.shared;
+                blocks.store = Some(CodeStore::new(shared.isa.clone(), &shared.trampoline)?);
             }
             blocks
                 .store
@@ -941,4 +975,18 @@ impl JitCompiler {
             }
         }
     }
+}
+
+/// Compiles `src` with `ctx` (cleared) and publishes the code in `shared`
+/// for the other engines.
+pub(crate) fn compile_shared(
+    shared: &SharedCode,
+    ctx: &mut Context,
+    fctx: &mut FunctionBuilderContext,
+    src: codegen::BlockSource,
+) -> Result<Arc<MachineCode>, JitError> {
+    codegen::build(&mut ctx.func, fctx, &*shared.isa, &src);
+    let code = Arc::new(codegen::emit(ctx, &*shared.isa)?);
+    shared.publish(src, &code);
+    Ok(code)
 }

@@ -15,11 +15,11 @@ use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
 use std::thread::JoinHandle;
 
 use cranelift_codegen::Context;
-use cranelift_codegen::isa::OwnedTargetIsa;
 use cranelift_frontend::FunctionBuilderContext;
 
 use super::JitError;
-use super::codegen::{self, BlockSource, MachineCode};
+use super::SharedCode;
+use super::codegen::{BlockSource, MachineCode};
 
 /// A block to compile: its source and where the result goes.
 pub(crate) struct Job {
@@ -34,7 +34,9 @@ pub(crate) struct Job {
 pub(crate) struct Done {
     pub instance: u64,
     pub index: u32,
-    pub code: Result<MachineCode, JitError>,
+    pub code: Result<Arc<MachineCode>, JitError>,
+    /// Another engine compiled it (see `shared.rs`).
+    pub adopted: bool,
 }
 
 /// The compiler thread and the two channels to it.
@@ -52,15 +54,16 @@ pub(crate) struct Worker {
 }
 
 impl Worker {
-    /// Starts the thread, compiling for `isa`.
-    pub(crate) fn spawn(isa: OwnedTargetIsa) -> Result<Self, JitError> {
+    /// Starts the thread, compiling for `shared`'s ISA and publishing
+    /// there.
+    pub(crate) fn spawn(shared: Arc<SharedCode>) -> Result<Self, JitError> {
         let (jobs, job_rx) = channel::<Job>();
         let (done_tx, done) = channel::<Done>();
         let finished = Arc::new(AtomicUsize::new(0));
         let count = Arc::clone(&finished);
         let thread = std::thread::Builder::new()
             .name("tcgkit-jit".to_owned())
-            .spawn(move || compile_loop(&isa, &job_rx, &done_tx, &count))
+            .spawn(move || compile_loop(&shared, &job_rx, &done_tx, &count))
             .map_err(|e| JitError::Module(format!("starting the compiler thread: {e}")))?;
         Ok(Worker {
             jobs: Some(jobs),
@@ -145,7 +148,7 @@ impl Drop for Worker {
 }
 
 fn compile_loop(
-    isa: &OwnedTargetIsa,
+    shared: &SharedCode,
     jobs: &Receiver<Job>,
     done: &Sender<Done>,
     finished: &AtomicUsize,
@@ -153,13 +156,20 @@ fn compile_loop(
     let mut ctx = Context::new();
     let mut fctx = FunctionBuilderContext::new();
     while let Ok(job) = jobs.recv() {
-        ctx.clear();
-        codegen::build(&mut ctx.func, &mut fctx, &**isa, &job.src);
-        let code = codegen::emit(&mut ctx, &**isa);
+        // Another engine may have compiled the same since it was asked.
+        let (code, adopted) = match shared.find(&job.src) {
+            Some(code) => (Ok(code), true),
+            None => {
+                ctx.clear();
+                let code = super::compile_shared(shared, &mut ctx, &mut fctx, job.src);
+                (code, false)
+            }
+        };
         let result = Done {
             instance: job.instance,
             index: job.index,
             code,
+            adopted,
         };
         if done.send(result).is_err() {
             break;
