@@ -571,27 +571,20 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             Event::VcpuStarted(VcpuEvent { vcpu: 0 })
         });
     }
-    // With guest threads on host threads, each thread's engine is made
-    // like the first: the same JIT, the plugins and the trace attached.
-    let config = process.engine().jit();
-    let (factory_plugins, factory_profiler) = (plugins.clone(), profiler.clone());
-    process.set_engine_factory(std::sync::Arc::new(move |vcpu| {
-        let mut engine = tcgkit_tcg_core::Engine::new(Rv64::new());
-        engine.set_vcpu_index(vcpu);
-        if let Err(e) = engine.set_jit(config) {
-            eprintln!("tcgkit: warning: {e}; interpreting only");
+    // With guest threads on host threads, each thread's engine (made by
+    // linux-user with the first one's JIT) gets the plugins and the trace.
+    let (setup_plugins, setup_profiler) = (plugins.clone(), profiler.clone());
+    process.set_engine_setup(std::sync::Arc::new(move |vcpu, engine| {
+        if let Some(host) = &setup_plugins {
+            host.attach(engine);
         }
-        if let Some(host) = &factory_plugins {
-            host.attach(&mut engine);
-        }
-        if let Some(profiler) = &factory_profiler {
+        if let Some(profiler) = &setup_profiler {
             engine.set_event_sink(Some(Box::new(EngineTrace {
                 profiler: profiler.clone(),
                 generation: 0,
                 vcpu,
             })));
         }
-        engine
     }));
     let started = std::time::Instant::now();
     let end = process.run();

@@ -48,9 +48,11 @@ use crate::futex::{BITSET_ALL, Futexes, Request, Waiter, Woke};
 use crate::process::{GuestExit, Process};
 use crate::syscall::WriteProgress;
 
-/// What makes a guest thread's engine: the embedder's (plugins attached,
-/// the JIT as configured) or a plain one.
-pub type EngineFactory = dyn Fn(u32) -> Engine<Rv64> + Send + Sync;
+/// What the embedder does to a new guest thread's engine, given its vCPU
+/// index (attach plugins, a trace), after linux-user made it: numbered,
+/// with the JIT configured as the creating thread's, sharing its compiled
+/// code unless [`crate::Options::share_compiled_code`] is off.
+pub type EngineSetup = dyn Fn(u32, &mut Engine<Rv64>) + Send + Sync;
 
 /// A guest thread's own state: what the server swaps into the
 /// [`Process`] while it acts for the thread.
@@ -897,17 +899,17 @@ impl<'p> Server<'p> {
         // As QEMU numbers them: one past the highest of the live threads,
         // so an exited thread's index is taken again.
         let vcpu = self.peers.iter().map(|p| p.vcpu + 1).max().unwrap_or(0);
-        let mut engine = match &p.options.engine_factory {
-            Some(make) => make(vcpu),
-            None => {
-                let mut engine = Engine::new(Rv64::new());
-                let _ = engine.set_jit(p.engine.jit());
-                engine.set_vcpu_index(vcpu);
-                engine
-            }
-        };
+        let mut engine = Engine::new(Rv64::new());
+        engine.set_vcpu_index(vcpu);
+        // Sharing first: the JIT then takes the creating thread's compiler
+        // set-up (its memory stubs) instead of making its own.
         if p.options.share_compiled_code {
             engine.share_compiled_code(&p.engine);
+        }
+        // Cannot fail: the creating thread's engine has the same JIT on.
+        let _ = engine.set_jit(p.engine.jit());
+        if let Some(setup) = &p.options.engine_setup {
+            setup(vcpu, &mut engine);
         }
         if let Some(observer) = p.observer.as_mut() {
             observer.on_vcpu_start(vcpu, &cpu);

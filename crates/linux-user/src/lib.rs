@@ -89,7 +89,7 @@ mod threads;
 
 pub use children::Launcher;
 pub use error::LoadError;
-pub use host_threads::EngineFactory;
+pub use host_threads::EngineSetup;
 pub use modules::{Module, ModuleObserver};
 pub use process::{GuestExit, Options, Process, ProgramLayout, SyscallObserver};
 pub use signal::Signal;

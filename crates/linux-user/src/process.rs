@@ -16,7 +16,7 @@ use crate::children::{self, ChildSignals, ForkRequest, Launcher};
 use crate::error::LoadError;
 use crate::fd::FdTable;
 use crate::host::{self, ExecFailure, Forked};
-use crate::host_threads::EngineFactory;
+use crate::host_threads::EngineSetup;
 use crate::loader::{self, Credentials, Placement};
 use crate::mm::AddressSpace;
 use crate::modules::{Module, ModuleObserver, ModuleSet};
@@ -114,10 +114,10 @@ pub struct Options {
     /// Run each guest thread on a host thread of its own (`host_threads.rs`,
     /// the default) rather than taking turns on one (`threads.rs`).
     pub host_threads: bool,
-    /// Makes the engine of each guest thread after the first, given its
-    /// vCPU index (with host threads); without one a thread's engine is a
-    /// plain one with the first engine's JIT configuration.
-    pub engine_factory: Option<Arc<EngineFactory>>,
+    /// Sets up the engine of each guest thread after the first, given its
+    /// vCPU index (with host threads): linux-user makes it with the
+    /// creating thread's JIT configuration, then calls this.
+    pub engine_setup: Option<Arc<EngineSetup>>,
     /// With host threads, each thread's engine shares compiled code with
     /// the engine of the thread that started it (the default; see
     /// `Engine::share_compiled_code`): a block hot in several threads is
@@ -132,7 +132,7 @@ impl Default for Options {
             prefix: None,
             launcher: None,
             host_threads: true,
-            engine_factory: None,
+            engine_setup: None,
             share_compiled_code: true,
         }
     }
@@ -145,7 +145,7 @@ impl std::fmt::Debug for Options {
             .field("prefix", &self.prefix)
             .field("launcher", &self.launcher.is_some())
             .field("host_threads", &self.host_threads)
-            .field("engine_factory", &self.engine_factory.is_some())
+            .field("engine_setup", &self.engine_setup.is_some())
             .field("share_compiled_code", &self.share_compiled_code)
             .finish()
     }
@@ -176,9 +176,9 @@ impl Options {
         self
     }
 
-    /// Options with the engine factory of guest threads set as given.
-    pub fn with_engine_factory(mut self, factory: Option<Arc<EngineFactory>>) -> Options {
-        self.engine_factory = factory;
+    /// Options with the set-up of guest threads' engines as given.
+    pub fn with_engine_setup(mut self, setup: Option<Arc<EngineSetup>>) -> Options {
+        self.engine_setup = setup;
         self
     }
 
@@ -364,10 +364,10 @@ impl Process {
         stats
     }
 
-    /// Sets how the engine of each guest thread after the first is made
+    /// Sets how the engine of each guest thread after the first is set up
     /// (with [`Options::host_threads`]).
-    pub fn set_engine_factory(&mut self, factory: Arc<EngineFactory>) {
-        self.options.engine_factory = Some(factory);
+    pub fn set_engine_setup(&mut self, setup: Arc<EngineSetup>) {
+        self.options.engine_setup = Some(setup);
     }
 
     /// Sets the options. The program interpreter was found at load time:

@@ -204,6 +204,15 @@ pub(super) fn workloads(root: &Path, layout: &Layout) -> Vec<Workload> {
             stdin: None,
             threaded: false,
         },
+        // Four workers summing side by side (on both cores), each running
+        // the same code: what sharing compiled code between threads is for.
+        Workload {
+            name: "threads".to_owned(),
+            program: guests.join("threads"),
+            args: vec!["2000000".to_owned()],
+            stdin: None,
+            threaded: true,
+        },
     ];
     match (
         layout.program("lua"),
