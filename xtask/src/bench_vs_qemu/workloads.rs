@@ -204,12 +204,13 @@ pub(super) fn workloads(root: &Path, layout: &Layout) -> Vec<Workload> {
             stdin: None,
             threaded: false,
         },
-        // Four workers summing side by side (on both cores), each running
-        // the same code: what sharing compiled code between threads is for.
+        // 100 threads alive at once, each summing a million numbers with
+        // the same code, side by side on both cores: each thread's engine
+        // compiles the loop unless threads share compiled code.
         Workload {
-            name: "threads".to_owned(),
-            program: guests.join("threads"),
-            args: vec!["2000000".to_owned()],
+            name: "many_threads 100".to_owned(),
+            program: guests.join("many_threads"),
+            args: vec!["100".to_owned(), "1000000".to_owned()],
             stdin: None,
             threaded: true,
         },

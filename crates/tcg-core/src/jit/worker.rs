@@ -161,7 +161,7 @@ fn compile_loop(
             Some(code) => (Ok(code), true),
             None => {
                 ctx.clear();
-                let code = super::compile_shared(shared, &mut ctx, &mut fctx, job.src);
+                let code = super::compiler::compile_shared(shared, &mut ctx, &mut fctx, job.src);
                 (code, false)
             }
         };
