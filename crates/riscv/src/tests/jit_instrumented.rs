@@ -239,25 +239,17 @@ fn run_on(
     inlined: bool,
     free: bool,
 ) -> Outcome {
-    let bytes: Vec<u8> = program().iter().flat_map(|w| w.to_le_bytes()).collect();
-    let mut mem = GuestMemory::new();
-    mem.map(CODE, 0x4000, Perms::READ | Perms::EXEC).unwrap();
-    mem.write_initial(CODE, &bytes).unwrap();
-    mem.map(DATA, 0x1000, Perms::READ | Perms::WRITE).unwrap();
-    let mut cpu = Cpu::new();
-    cpu.set_x(BASE, DATA);
-    cpu.set_pc(CODE);
     let watch = Arc::new(Watch::new(every, request, inlined, free));
     let mut engine = Engine::new(Rv64::new());
     engine.set_vcpu_index(vcpu);
     engine.set_jit(jit).unwrap();
     engine.set_instrumentation(Some(Arc::clone(&watch) as Arc<dyn Instrumentation>));
-    let exit = engine.run(&mut cpu, &mut mem);
+    let (exit, regs) = run_code(&mut engine, CODE, &program());
     let stats = engine.stats();
     let log = watch.log.lock().unwrap().clone();
     Outcome {
         exit,
-        regs: (0..32).map(|i| cpu.x(i)).collect(),
+        regs,
         insns: stats.insns_executed,
         log,
         board: [watch.board.get(vcpu, 0), watch.board.get(vcpu, 1)],

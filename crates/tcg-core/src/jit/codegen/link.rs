@@ -22,8 +22,10 @@ use super::Lowering;
 /// The user-name namespace of link symbols.
 const NAMESPACE: u32 = 0x7463_676b;
 
-/// A value that differs between the engines placing the same code.
+/// A value that differs between the engines placing the same code; its
+/// discriminant is its symbol's index (in [`LINKS`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
 pub(crate) enum Link {
     /// The address of the block's copy of its ops.
     Ops,
@@ -38,6 +40,7 @@ pub(crate) enum Link {
     Hooks,
 }
 
+/// Every link, in discriminant order.
 const LINKS: [Link; 5] = [
     Link::Ops,
     Link::Cells,
@@ -115,11 +118,10 @@ pub(crate) fn sites(
 impl Lowering<'_, '_> {
     /// The placing engine's `link` plus `addend`.
     pub(super) fn linked(&mut self, link: Link, addend: i64) -> ir::Value {
-        let index = LINKS.iter().position(|l| *l == link).unwrap_or(0) as u32;
         let name = self
             .b
             .func
-            .declare_imported_user_function(UserExternalName::new(NAMESPACE, index));
+            .declare_imported_user_function(UserExternalName::new(NAMESPACE, link as u32));
         let symbol = self.b.create_global_value(GlobalValueData::Symbol {
             name: ExternalName::User(name),
             offset: Imm64::new(addend),
@@ -127,5 +129,17 @@ impl Lowering<'_, '_> {
             tls: false,
         });
         self.b.ins().symbol_value(I64, symbol)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_links_symbol_index_names_it() {
+        for (index, link) in LINKS.iter().enumerate() {
+            assert_eq!(*link as usize, index);
+        }
     }
 }
