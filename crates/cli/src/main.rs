@@ -47,19 +47,23 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Options of `tcgkit run` that take a value as the next argument.
-const RUN_OPTIONS_WITH_VALUES: &[&str] = &[
-    "--plugin",
-    "--plugin-out",
-    "--trace",
-    "--trace-format",
-    "-L",
-    "-E",
-    "-U",
-    "-0",
-    "-d",
-    "-D",
-];
+/// `tcgkit run`'s options that take a value as the next argument, as
+/// `--name` and `-c`: from the parser's own definition, so none is missed.
+fn run_options_with_values() -> Vec<String> {
+    use clap::CommandFactory;
+    let cli = Cli::command();
+    let Some(run) = cli.find_subcommand("run") else {
+        return Vec::new();
+    };
+    run.get_arguments()
+        .filter(|a| a.get_action().takes_values() && !a.is_positional())
+        .flat_map(|a| {
+            let long = a.get_long().map(|l| format!("--{l}"));
+            let short = a.get_short().map(|c| format!("-{c}"));
+            long.into_iter().chain(short)
+        })
+        .collect()
+}
 
 /// QEMU's single-dash `-plugin` as `--plugin`, among `tcgkit run`'s own
 /// options (before the guest: what follows it is the guest's), so that a
@@ -68,6 +72,7 @@ fn qemu_spellings(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> 
     let Some(run) = args.iter().position(|a| a == "run") else {
         return args;
     };
+    let with_values = run_options_with_values();
     let mut at = run + 1;
     while let Some(arg) = args.get(at) {
         if arg == "-plugin" {
@@ -77,7 +82,7 @@ fn qemu_spellings(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> 
         if !arg.starts_with('-') || arg == "--" {
             break; // The guest.
         }
-        let takes_value = RUN_OPTIONS_WITH_VALUES.contains(&arg.as_ref());
+        let takes_value = with_values.iter().any(|o| *o == arg);
         at += if takes_value { 2 } else { 1 };
     }
     args
@@ -121,6 +126,12 @@ mod tests {
                 "-plugin",
                 "x"
             ])
+        );
+        // After tcgkit's own options with values.
+        let args = os(&["tcgkit", "run", "--jit", "off", "-plugin", "a.so", "g"]);
+        assert_eq!(
+            qemu_spellings(args),
+            os(&["tcgkit", "run", "--jit", "off", "--plugin", "a.so", "g"])
         );
         // A value that looks like the option is left alone.
         let args = os(&["tcgkit", "run", "-E", "-plugin", "-plugin", "a.so", "g"]);

@@ -600,10 +600,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         let elapsed = started.elapsed().as_secs_f64();
         let stats = process.stats();
         eprintln!(
-            "tcgkit: {} guest instructions in {elapsed:.3} s ({:.1} M/s), {} blocks translated, {} executed",
+            "tcgkit: {} guest instructions in {elapsed:.3} s ({:.1} M/s), {} blocks translated ({} more with another thread's plan), {} executed",
             stats.insns_executed,
             stats.insns_executed as f64 / elapsed.max(1e-9) / 1e6,
             stats.tbs_translated,
+            stats.plans_adopted,
             stats.blocks_executed
         );
         if jit {

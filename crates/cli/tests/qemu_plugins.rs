@@ -797,6 +797,63 @@ fn hotblocks_top_blocks_are_identical() {
     );
 }
 
+/// A block several threads run is translated once, as under QEMU, whose
+/// threads share one block cache: `tcount` is never higher under tcgkit
+/// for a block in both tables, in either execution mode. On `threads`,
+/// whose four workers run the same loop, each thread translated it once
+/// before translations were shared (tcount 6 against qemu's 1). (Not
+/// equal: qemu itself translates some blocks twice, when threads race.)
+#[test]
+fn hotblocks_threads_translate_a_block_once() {
+    let Some(lib) = plugin("libhotblocks.so") else {
+        return;
+    };
+    let guest = static_guest("threads", &["2000"]);
+    let tcounts = |log: &str| -> BTreeMap<u64, u64> {
+        log.lines()
+            .skip(2)
+            .filter_map(|l| match numbers(l)[..] {
+                [pc, tcount, _icount, _ecount] => Some((pc, tcount)),
+                _ => None,
+            })
+            .collect()
+    };
+    let spec = lib.display().to_string();
+    let qemu = execute_with(Emulator::Qemu, &["-plugin", &spec], &[], &guest, "tcount");
+    assert!(qemu.status.success(), "{QEMU}: {}", qemu.describe());
+    let in_qemu = tcounts(&qemu.log);
+    let mut failures = Vec::new();
+    for jit in ["on", "off"] {
+        let env = [("TCGKIT_JIT", jit)];
+        let ours = execute_with(
+            Emulator::Tcgkit,
+            &["-plugin", &spec],
+            &env,
+            &guest,
+            "tcount",
+        );
+        assert_eq!(ours.stdout, qemu.stdout, "jit {jit}: {}", ours.describe());
+        let both: Vec<(u64, u64, u64)> = tcounts(&ours.log)
+            .into_iter()
+            .filter_map(|(pc, t)| Some((pc, in_qemu.get(&pc).copied()?, t)))
+            .collect();
+        if both.len() < 10 {
+            failures.push(format!(
+                "jit {jit}: {} blocks in both tables\n{}\n{}",
+                both.len(),
+                qemu.log,
+                ours.log
+            ));
+        }
+        for (pc, q, t) in both.into_iter().filter(|&(_, q, t)| t > q) {
+            failures.push(format!(
+                "jit {jit}: block {pc:#x} translated {t} times, {q} under {QEMU}"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 // -------------------------------------------------------------- howvec --
 
 /// One `Instr:` row of howvec: hits and the 32-bit value read at the

@@ -906,6 +906,9 @@ impl<'p> Server<'p> {
         if p.options.share_compiled_code {
             engine.share_compiled_code(&p.engine);
         }
+        if p.options.share_translations {
+            engine.share_translations(&mut p.engine);
+        }
         // Cannot fail: the creating thread's engine has the same JIT on.
         let _ = engine.set_jit(p.engine.jit());
         if let Some(setup) = &p.options.engine_setup {

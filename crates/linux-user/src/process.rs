@@ -123,6 +123,11 @@ pub struct Options {
     /// `Engine::share_compiled_code`): a block hot in several threads is
     /// compiled once.
     pub share_compiled_code: bool,
+    /// With host threads, the threads' engines share translations (the
+    /// default; see `Engine::share_translations`): a block is planned
+    /// once per process, so a plugin's `tb_trans` runs once per block, as
+    /// under QEMU, whichever threads run it.
+    pub share_translations: bool,
 }
 
 impl Default for Options {
@@ -134,6 +139,7 @@ impl Default for Options {
             host_threads: true,
             engine_setup: None,
             share_compiled_code: true,
+            share_translations: true,
         }
     }
 }
@@ -147,6 +153,7 @@ impl std::fmt::Debug for Options {
             .field("host_threads", &self.host_threads)
             .field("engine_setup", &self.engine_setup.is_some())
             .field("share_compiled_code", &self.share_compiled_code)
+            .field("share_translations", &self.share_translations)
             .finish()
     }
 }
@@ -173,6 +180,12 @@ impl Options {
     /// Options with the threads' engines sharing compiled code or not.
     pub fn with_shared_code(mut self, share: bool) -> Options {
         self.share_compiled_code = share;
+        self
+    }
+
+    /// Options with the threads' engines sharing translations or not.
+    pub fn with_shared_translations(mut self, share: bool) -> Options {
+        self.share_translations = share;
         self
     }
 
@@ -444,6 +457,11 @@ impl Process {
     /// would send (SIGSEGV, SIGBUS, SIGILL, SIGTRAP); nothing the guest does
     /// makes the host panic.
     pub fn run(&mut self) -> GuestExit {
+        if self.options.host_threads && self.options.share_translations {
+            // From the first block on: threads started later find what
+            // this one translated.
+            self.engine.publish_translations();
+        }
         self.update_modules();
         let exit = self.run_until_exit();
         // However the guest ended, its shared file mappings reach the file.

@@ -13,7 +13,9 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
-use tcgkit_tcg_core::{Engine, FlushHandle, Frontend, Instrumentation, Scoreboard, TbPlan, TbView};
+use tcgkit_tcg_core::{
+    Engine, FlushHandle, Frontend, Instrumentation, PlanStamp, Scoreboard, TbPlan, TbView,
+};
 
 use crate::PluginError;
 use crate::args::PluginSpec;
@@ -397,8 +399,13 @@ pub enum PluginLifecycle {
 /// A lifecycle watcher: gets the plugin's id and name.
 type LifecycleWatcher = Arc<dyn Fn(PluginLifecycle, PluginId, &str) + Send + Sync>;
 
+/// Numbers hosts for their plan stamps.
+static NEXT_HOST: AtomicU64 = AtomicU64::new(1);
+
 pub(crate) struct Inner {
     guest: Arc<GuestInfo>,
+    /// This host among all (see `EngineLink::plan_stamp`).
+    serial: u64,
     state: Mutex<State>,
     /// `State::trans_version`, readable without the lock.
     trans_version: Arc<AtomicU64>,
@@ -619,6 +626,16 @@ impl Instrumentation for EngineLink {
 
     fn flushed(&self) {
         self.inner.engine_flushed(self.id);
+    }
+
+    /// A plan depends on the block and on the registrations and modules a
+    /// translation sees, which `trans_version` numbers: it is bumped
+    /// before a reset or uninstall asks any engine to plan again or
+    /// flush, so engines sharing translations plan a block once per
+    /// version, and one that planned again never takes an older plan.
+    fn plan_stamp(&self) -> Option<PlanStamp> {
+        let version = self.inner.trans_version.load(Ordering::Acquire);
+        Some(PlanStamp::new(self.inner.serial, version))
     }
 
     fn idle(&self, idle: bool) {
@@ -1045,6 +1062,7 @@ impl PluginHost {
         PluginHost {
             inner: Arc::new(Inner {
                 guest: Arc::new(guest),
+                serial: NEXT_HOST.fetch_add(1, Ordering::Relaxed),
                 trans_version: Arc::clone(&state.trans_version),
                 state: Mutex::new(state),
                 out: Mutex::new(out),
@@ -1234,9 +1252,19 @@ impl PluginHost {
     pub fn attach<F: Frontend>(&self, engine: &mut Engine<F>) {
         {
             let mut state = self.inner.state();
-            state.register_names = engine.frontend().register_names();
-            state.qemu_disassembler = engine.frontend().qemu_disassembler();
-            state.rebuild_guest();
+            let names = engine.frontend().register_names();
+            let disassembler = engine.frontend().qemu_disassembler();
+            // Only a change makes new views: rebuilding bumps the plan
+            // stamp, and the engines of a process's threads (attached
+            // as each starts) share plans while it stays.
+            let address = |d: Option<fn(&[u8], u64) -> String>| d.map(|f| f as usize);
+            if state.register_names != names
+                || address(state.qemu_disassembler) != address(disassembler)
+            {
+                state.register_names = names;
+                state.qemu_disassembler = disassembler;
+                state.rebuild_guest();
+            }
         }
         let id = self.inner.rounds.attach(engine.flush_handle());
         let link = EngineLink {

@@ -126,8 +126,8 @@ pub use frontend::{CpuExit, DecodeError, Decoded, Flow, Frontend, MemAccess, sig
 pub use instrument::{
     Action, CallbackContext, CallbackFn, Compare, Condition, InlineKind, InlineOp, InsnCallback,
     InsnInfo, InsnPlan, Instrumentation, MAX_SCOREBOARD_ROWS, MemAccessInfo, MemAction,
-    MemCallback, MemCallbackFn, MemFilter, RegisterFree, Registers, Scoreboard, ScoreboardEntry,
-    TbPlan, TbView,
+    MemCallback, MemCallbackFn, MemFilter, PlanStamp, RegisterFree, Registers, Scoreboard,
+    ScoreboardEntry, TbPlan, TbView,
 };
 pub use jit::{IrBuilder, JitConfig, JitError};
 pub use memory::{

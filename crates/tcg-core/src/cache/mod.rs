@@ -20,6 +20,8 @@
 //!   chooses its `ExecMode`.
 //! - `replan.rs`: planning a cached block again in place after a
 //!   re-instrumentation, and bounding the garbage that leaves.
+//! - `shared.rs`: translations the engines of a process's threads share,
+//!   so that a block is planned once for all of them.
 //! - `slots.rs`: the generation's tables of callbacks and scoreboards: a
 //!   plan's own tables resolved into them, and the use counts that free a
 //!   callback no plan names any more.
@@ -27,6 +29,7 @@
 mod compile;
 mod exec_mode;
 mod replan;
+mod shared;
 mod slots;
 
 use std::sync::Arc;
@@ -38,6 +41,7 @@ use crate::instrument::{InsnCallback, MemCallback, PlanData, Scoreboard};
 pub(crate) use exec_mode::{
     CompiledAction, CompiledMem, CompiledMemKind, CountTally, EMPTY_HOOK, ExecMode, InsnHook, Tally,
 };
+pub(crate) use shared::{Claim, PlanSource, SharedTranslation, SharedTranslations};
 
 use slots::{PlanSlots, SlotUses};
 

@@ -10,20 +10,28 @@
 //! then asks the instrumentation for a plan ([`Engine::plan_block`]),
 //! which the generation compiles, choosing how the block runs. After a
 //! re-instrumentation a block keeps its decoded ops, id and links and is
-//! planned again when next entered ([`Engine::replan`]).
+//! planned again when next entered ([`Engine::replan`]). An engine
+//! sharing translations (`cache/shared.rs`) first claims the block: it
+//! takes the plan another engine published for the same bytes under the
+//! same stamp, or plans it and publishes the plan.
 //!
 //! Out-of-line loops go on from one block into the next through
 //! [`Engine::run_goes_on`] and [`Engine::link_after`], which make the
 //! vCPU loop's checks (nothing pending, a usable link, a current plan) and
 //! end a run after [`MAX_RUN_BLOCKS`] blocks.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::Engine;
 use super::plain::{BlockEnd, count};
 use super::vcpu::{JumpEntry, Signals, Vcpu};
-use crate::cache::{CountTally, Generation, TbHeader, TbOp};
+use crate::cache::{
+    Claim, CountTally, Generation, PlanSource, SharedTranslation, SharedTranslations, TbHeader,
+    TbOp,
+};
 use crate::frontend::{CpuExit, DecodeError, Frontend};
+use crate::instrument::PlanData;
 use crate::instrument::{InsnInfo, Instrumentation, Requests, TbPlan, TbView};
 use crate::memory::{GuestMemory, PAGE_SIZE};
 
@@ -152,6 +160,19 @@ impl<F: Frontend> Engine<F> {
             }
         }
         let size = u32::try_from(at.wrapping_sub(pc)).unwrap_or(u32::MAX);
+        let sharing = self.sharing(false);
+        let mut claimed = false;
+        if let Some((shared, source)) = &sharing {
+            match shared.claim(pc, flags, size, &self.scratch_raws, *source) {
+                Claim::Published(published) => {
+                    let id = self.insert_block(pc, flags, size, published.plan.as_ref());
+                    self.stats.plans_adopted += 1;
+                    return Ok(id);
+                }
+                Claim::Claimed => claimed = true,
+                Claim::Unclaimed => {}
+            }
+        }
         // (A bare translation does not call out to plan at all.)
         let planned = self.instrumentation.is_some()
             && Self::plan_block(
@@ -166,7 +187,36 @@ impl<F: Frontend> Engine<F> {
                 flags,
                 size,
             );
-        let plan = planned.then_some(&*self.scratch_plan.data());
+        if let Some((shared, source)) = sharing {
+            // Published only if the plan was made under the source read
+            // before planning (a reset in between changed it).
+            if self.plan_source() == Some(source) {
+                shared.publish(pc, flags, self.scratch_translation(size, source, planned));
+            } else if claimed {
+                shared.release(pc, flags);
+            }
+        }
+        // The plan is taken out while the block goes in, then kept for
+        // the next translation (with its memo).
+        let mut plan = std::mem::take(&mut self.scratch_plan);
+        let id = self.insert_block(pc, flags, size, planned.then_some(&*plan.data()));
+        // The plan's actions are compiled into the generation now. (With
+        // no instrumentation nothing was attached: a bare translation
+        // skips this.)
+        if self.instrumentation.is_some() {
+            plan.clear();
+        }
+        self.scratch_plan = plan;
+        self.stats.tbs_translated += 1;
+        if let Some(events) = &mut self.events {
+            events.block_translated(pc, count(self.scratch_ops.len()), size);
+        }
+        Ok(id)
+    }
+
+    /// Puts the block just decoded (the scratch ops) into the current
+    /// generation with `plan`.
+    fn insert_block(&mut self, pc: u64, flags: u32, size: u32, plan: Option<&PlanData>) -> u32 {
         let shared = self.current.count_tally;
         let id = self
             .current
@@ -175,17 +225,34 @@ impl<F: Frontend> Engine<F> {
         if self.jit_config.enabled {
             self.current.jit.ensure(id);
         }
-        // The plan's actions are compiled into the generation now. (With
-        // no instrumentation nothing was attached: a bare translation
-        // skips this.)
-        if self.instrumentation.is_some() {
-            self.scratch_plan.clear();
+        id
+    }
+
+    /// The shared translations and what this engine plans under, if it
+    /// shares translations and its plans may be shared; for re-planning
+    /// (`replan`), only while another engine shares them too.
+    fn sharing(&self, replan: bool) -> Option<(Arc<SharedTranslations>, PlanSource)> {
+        let shared = self.translations.as_ref()?;
+        if replan && Arc::strong_count(shared) < 2 {
+            return None;
         }
-        self.stats.tbs_translated += 1;
-        if let Some(events) = &mut self.events {
-            events.block_translated(pc, count(self.scratch_ops.len()), size);
+        Some((Arc::clone(shared), self.plan_source()?))
+    }
+
+    /// The block just decoded and planned (the scratch raws and plan), to
+    /// publish.
+    fn scratch_translation(
+        &mut self,
+        size: u32,
+        source: PlanSource,
+        planned: bool,
+    ) -> SharedTranslation {
+        SharedTranslation {
+            size,
+            raws: self.scratch_raws.as_slice().into(),
+            source,
+            plan: planned.then(|| self.scratch_plan.data().clone()),
         }
-        Ok(id)
     }
 
     /// Asks the instrumentation for the plan of the block whose
@@ -245,6 +312,21 @@ impl<F: Frontend> Engine<F> {
         ) else {
             return;
         };
+        let sharing = self.sharing(true);
+        let mut claimed = false;
+        if let Some((shared, source)) = &sharing {
+            match shared.claim(tb.pc, tb.flags, tb.size, raws, *source) {
+                Claim::Published(published) => {
+                    let before = self.current.count_tally;
+                    self.current.replan(id, published.plan.as_ref());
+                    self.count_tally_changed(before);
+                    self.stats.plans_adopted += 1;
+                    return;
+                }
+                Claim::Claimed => claimed = true,
+                Claim::Unclaimed => {}
+            }
+        }
         self.scratch_insns
             .extend(ops.iter().zip(raws).map(|(op, &raw)| InsnInfo {
                 pc: tb.pc.wrapping_add(u64::from(op.offset)),
@@ -258,6 +340,19 @@ impl<F: Frontend> Engine<F> {
             plan: &mut self.scratch_plan,
         };
         let planned = Self::plan_block(parts, ops, tb.pc, tb.flags, tb.size);
+        if let Some((shared, source)) = sharing {
+            if self.plan_source() == Some(source) {
+                let translation = SharedTranslation {
+                    size: tb.size,
+                    raws: raws.into(),
+                    source,
+                    plan: planned.then(|| self.scratch_plan.data().clone()),
+                };
+                shared.publish(tb.pc, tb.flags, translation);
+            } else if claimed {
+                shared.release(tb.pc, tb.flags);
+            }
+        }
         let shared = self.current.count_tally;
         self.current
             .replan(id, planned.then_some(&*self.scratch_plan.data()));

@@ -14,12 +14,13 @@
 //! over per-vCPU state either.
 //!
 //! Everything a vCPU needs privately (jump cache, epoch slot, index) is in
-//! its [`Vcpu`] context, and epochs are atomics, so sharing one engine among
-//! vCPU threads later means publishing the current generation behind a lock
-//! for translation, not redesigning reclamation. Today the loop takes
-//! `&mut Engine`, which also lets the borrow checker prove that no flush can
+//! its [`Vcpu`] context, and epochs are atomics. The loop takes
+//! `&mut Engine`, which lets the borrow checker prove that no flush can
 //! run while a block (and its callback lists) is in use: flushes requested
-//! during a block are deferred to the next block boundary.
+//! during a block are deferred to the next block boundary. Guest threads
+//! each run an engine of their own, which share what is costly or
+//! visible to make once: plans ([`Engine::share_translations`]) and
+//! compiled code ([`Engine::share_compiled_code`]).
 //!
 //! # How a block runs
 //!
@@ -113,7 +114,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::cache::{Generation, TbOp};
+use crate::cache::{Generation, PlanSource, SharedTranslations, TbOp};
 use crate::frontend::Frontend;
 use crate::instrument::{InsnInfo, Instrumentation, TbPlan};
 use crate::jit::{JitCompiler, JitConfig, JitError, Start};
@@ -198,6 +199,12 @@ pub struct EngineStats {
     pub tbs_replanned: u64,
     /// Blocks dropped by range invalidation.
     pub tbs_invalidated: u64,
+    /// Blocks translated or planned again with the plan another engine
+    /// sharing translations made for the same bytes
+    /// ([`Engine::share_translations`]): decoded here, but the
+    /// instrumentation was not asked. Not counted in `tbs_translated` or
+    /// `tbs_replanned`, which count what this engine planned itself.
+    pub plans_adopted: u64,
     /// Generations alive: the current one plus retired ones not yet freed.
     pub live_generations: u64,
     /// Approximate heap bytes of the current generation.
@@ -238,6 +245,7 @@ impl std::ops::AddAssign for EngineStats {
             reinstrumentations,
             tbs_replanned,
             tbs_invalidated,
+            plans_adopted,
             live_generations,
             current_bytes,
             retired_bytes,
@@ -256,6 +264,7 @@ impl std::ops::AddAssign for EngineStats {
         self.reinstrumentations += reinstrumentations;
         self.tbs_replanned += tbs_replanned;
         self.tbs_invalidated += tbs_invalidated;
+        self.plans_adopted += plans_adopted;
         self.live_generations += live_generations;
         self.current_bytes += current_bytes;
         self.retired_bytes += retired_bytes;
@@ -307,6 +316,9 @@ pub struct Engine<F: Frontend> {
     jit_config: JitConfig,
     /// Made when the JIT is first enabled.
     jit: Option<JitCompiler>,
+    /// The translations this engine publishes and takes, once it shares
+    /// them ([`Engine::share_translations`]).
+    translations: Option<Arc<SharedTranslations>>,
 }
 
 impl<F: Frontend> fmt::Debug for Engine<F> {
@@ -346,6 +358,7 @@ impl<F: Frontend> Engine<F> {
             pending_count: PendingCount::EMPTY,
             jit_config: JitConfig::OFF,
             jit: None,
+            translations: None,
         };
         let main = engine.new_vcpu();
         engine.main_vcpu = Some(Box::new(main));
@@ -393,6 +406,46 @@ impl<F: Frontend> Engine<F> {
             }
             None => JitCompiler::sharing(shared),
         });
+    }
+
+    /// Shares translations with `other`, the engine of another thread of
+    /// the same guest process (and with every engine sharing them with
+    /// `other`): a block is planned once for all of them, as QEMU's
+    /// shared block cache translates it once, so an instrumentation's
+    /// [`Instrumentation::translate`] (a plugin's `tb_trans`) runs once
+    /// per block, whichever thread runs it. Each engine still decodes the
+    /// block into its own generation, and takes a published plan only for
+    /// the same bytes, under the same [`Instrumentation::plan_stamp`]
+    /// (`plans_adopted` in [`EngineStats`]); an instrumentation with no
+    /// stamp plans on every engine as before.
+    ///
+    /// `other` publishes from now on; what it translated before is not
+    /// shared: call [`Engine::publish_translations`] on the first engine
+    /// of a process before it runs. Between themselves, engines that
+    /// share translations publish only while they are more than one, so
+    /// that a lone engine's re-planning after a reset costs nothing more.
+    pub fn share_translations(&mut self, other: &mut Engine<F>) {
+        let shared = Arc::clone(
+            other
+                .translations
+                .get_or_insert_with(|| Arc::new(SharedTranslations::default())),
+        );
+        self.translations = Some(shared);
+    }
+
+    /// Publishes this engine's translations from now on, for engines that
+    /// will share them ([`Engine::share_translations`]).
+    pub fn publish_translations(&mut self) {
+        self.translations
+            .get_or_insert_with(|| Arc::new(SharedTranslations::default()));
+    }
+
+    /// What this engine's plans are made under, if they may be shared.
+    fn plan_source(&self) -> Option<PlanSource> {
+        match &self.instrumentation {
+            None => Some(PlanSource::Bare),
+            Some(instrumentation) => instrumentation.plan_stamp().map(PlanSource::Stamped),
+        }
     }
 
     /// Stops the engine's own host threads (the JIT's background
@@ -692,6 +745,9 @@ impl<F: Frontend> Engine<F> {
             self.current.jit.unlink_all();
         }
         self.stats.tbs_invalidated += killed as u64;
+        if let Some(shared) = &self.translations {
+            shared.invalidate_range(start, len);
+        }
         if let Some(events) = &mut self.events {
             events.range_invalidated(start, len, killed);
         }

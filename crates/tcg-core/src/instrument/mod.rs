@@ -61,6 +61,38 @@ pub trait Instrumentation: Send + Sync {
     fn idle(&self, idle: bool) {
         let _ = idle;
     }
+
+    /// What the plans this instrumentation makes now depend on, besides
+    /// their block; `None` (the default) if they may depend on anything
+    /// else, the engine asking, say.
+    ///
+    /// Engines sharing translations ([`crate::Engine::share_translations`])
+    /// then plan a block once: an engine whose instrumentation gives the
+    /// stamp another engine planned the same block under takes that plan
+    /// instead of calling [`Instrumentation::translate`]. A stamp must
+    /// change before any engine is asked to plan again or flush because
+    /// the plans changed (a reset): an engine that has planned again since
+    /// must never see the old stamp.
+    fn plan_stamp(&self) -> Option<PlanStamp> {
+        None
+    }
+}
+
+/// Names what an [`Instrumentation`]'s plans depend on: which
+/// instrumentation (`source`, unique among those whose plans may meet)
+/// and which of its states (`version`). See
+/// [`Instrumentation::plan_stamp`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PlanStamp {
+    source: u64,
+    version: u64,
+}
+
+impl PlanStamp {
+    /// The stamp of `source` in state `version`.
+    pub const fn new(source: u64, version: u64) -> PlanStamp {
+        PlanStamp { source, version }
+    }
 }
 
 /// One instruction of a block being translated.

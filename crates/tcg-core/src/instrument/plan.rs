@@ -184,7 +184,7 @@ impl fmt::Debug for TbPlan {
 }
 
 /// The attached actions of a [`TbPlan`].
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct PlanData {
     /// Execution actions with where they run: 0 on block entry, `i + 1`
     /// before instruction `i`.
@@ -219,7 +219,7 @@ pub(crate) const MAX_PLAN_ACTIONS: usize = u16::MAX as usize;
 /// The distinct callbacks and scoreboards a [`TbPlan`]'s actions name, by
 /// index (almost always none to two of each), with how many actions name
 /// each callback.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub(crate) struct PlanTables {
     pub(crate) callbacks: SmallVec<[InsnCallback; 2]>,
     pub(crate) callback_uses: SmallVec<[u32; 2]>,
