@@ -65,6 +65,8 @@ struct Outcome {
     insns: u64,
     blocks: u64,
     syscalls: u64,
+    /// Blocks planned with another engine's plan.
+    adopted: u64,
 }
 
 /// A per-run scratch directory under the test target's temp dir, removed
@@ -212,6 +214,7 @@ fn run_loaded(f: Fixture, loaded: Loaded, host: Option<&PluginHost>, vcpu: u32) 
         insns: stats.insns_executed,
         blocks: stats.blocks_executed,
         syscalls: syscalls.load(Relaxed),
+        adopted: stats.plans_adopted,
     })
 }
 
@@ -719,7 +722,11 @@ const THREADS: u32 = 4;
 /// storm resets from the instruction callback of every N-th load of vCPU
 /// 0, while the other vCPUs run loads with live memory callbacks. Every
 /// reset must wait for all of them: the counts stay exact, and no callback
-/// runs after its registration's completion on any thread.
+/// runs after its registration's completion on any thread. The engines
+/// share translations, as a guest's threads' engines do (the same program
+/// at the same addresses): each block is planned by one of them and taken
+/// by the others, also after each reset, so no engine may take a plan of
+/// the registrations a reset retired.
 fn storm_threads(f: Fixture, every: u64, baseline: u64) -> Result<String> {
     let host = PluginHost::new(
         GuestInfo::user("riscv64", THREADS),
@@ -728,7 +735,13 @@ fn storm_threads(f: Fixture, every: u64, baseline: u64) -> Result<String> {
     let storm = Storm::resetting_on(every, Some(0));
     host.install("storm", storm.clone())
         .map_err(|e| e.to_string())?;
-    let loaded = (0..THREADS).map(|_| load(f)).collect::<Result<Vec<_>>>()?;
+    let mut loaded = (0..THREADS).map(|_| load(f)).collect::<Result<Vec<_>>>()?;
+    if let Some((first, others)) = loaded.split_first_mut() {
+        for other in others {
+            let engine = other.process.engine_mut();
+            engine.share_translations(first.process.engine_mut());
+        }
+    }
     let outcomes = std::thread::scope(|scope| {
         let threads: Vec<_> = loaded
             .into_iter()
@@ -753,7 +766,12 @@ fn storm_threads(f: Fixture, every: u64, baseline: u64) -> Result<String> {
         executed_all += executed(f, baseline, out)?;
     }
     check_storm(&storm, executed_all, THREADS as u64)?;
-    Ok(format!("{} resets", storm.resets.load(Relaxed)))
+    let adopted: u64 = outcomes.iter().map(|o| o.adopted).sum();
+    ensure(adopted > 0, || "no engine took another's plan".into())?;
+    Ok(format!(
+        "{} resets, {adopted} plans taken",
+        storm.resets.load(Relaxed)
+    ))
 }
 
 /// How far a run of a fixture that is not `exact` may stray from the
