@@ -257,22 +257,25 @@ pub(super) fn qemu_plugin_command(
 /// `-U`, kept out of the guest's environment, so that the guest sees what
 /// it sees under QEMU (its start-up walks the environment: one variable
 /// more changes its instruction count).
-/// `TCGKIT_THREADS` (how guest threads run), when set for the bench, is
-/// likewise tcgkit's alone.
+/// The variables in [`PASSED_VARS`], when set for the bench, are passed
+/// to tcgkit alike (the runs' environment is cleared otherwise).
 pub(super) fn tcgkit_run(tcgkit: &Path, mode: Option<JitMode>) -> Command {
     let mut cmd = Command::new(tcgkit);
     cmd.arg("run");
     if let Some(mode) = mode {
         cmd.env(JIT_VAR, mode.value()).args(["-U", JIT_VAR]);
     }
-    if std::env::var_os(THREADS_VAR).is_some() {
-        cmd.args(["-U", THREADS_VAR]);
+    for var in PASSED_VARS {
+        if let Some(value) = std::env::var_os(var) {
+            cmd.env(var, value).args(["-U", var]);
+        }
     }
     cmd
 }
 
-/// The environment variable tcgkit reads how guest threads run from.
-const THREADS_VAR: &str = "TCGKIT_THREADS";
+/// tcgkit's variables a bench may be run with: how guest threads run,
+/// whether their engines share compiled code.
+const PASSED_VARS: [&str; 2] = ["TCGKIT_THREADS", "TCGKIT_JIT_SHARE"];
 
 /// `tcgkit run` with QEMU's command line for `config`: the same C plugin
 /// .so and arguments (`-plugin PATH,ARGS -d plugin -D LOG`).
