@@ -172,26 +172,35 @@ fn load(f: Fixture) -> Result<Loaded> {
 /// Runs fixture `f` (see [`load`]) instrumented with `host`, and checks
 /// the files it leaves.
 fn run(f: Fixture, host: Option<&PluginHost>) -> Result<Outcome> {
-    let outcome = run_loaded(f, load(f)?, host, 0)?;
+    let loaded = load(f)?;
+    if let Some(host) = host {
+        set_symbols(host, &loaded)?;
+    }
+    let outcome = run_loaded(f, loaded, host, 0)?;
     if let Some(host) = host {
         host.finish().map_err(|e| e.to_string())?;
     }
     Ok(outcome)
 }
 
+/// Gives `host` the symbols of the program `loaded` runs.
+fn set_symbols(host: &PluginHost, loaded: &Loaded) -> Result {
+    let elf = std::fs::read(&loaded.path).map_err(|e| e.to_string())?;
+    host.set_symbols(SymbolTable::from_elf(&elf));
+    Ok(())
+}
+
 /// Runs a loaded fixture on vCPU `vcpu` of `host`, one of the host's
-/// engines; the caller finishes the host.
+/// engines; the caller gave the host its symbols and finishes it.
 fn run_loaded(f: Fixture, loaded: Loaded, host: Option<&PluginHost>, vcpu: u32) -> Result<Outcome> {
     let Loaded {
         mut process,
-        path,
+        path: _,
         file,
         _scratch,
     } = loaded;
     let syscalls = Arc::new(AtomicU64::new(0));
     if let Some(host) = host {
-        let elf = std::fs::read(&path).map_err(|e| e.to_string())?;
-        host.set_symbols(SymbolTable::from_elf(&elf));
         process.engine_mut().set_vcpu_index(vcpu);
         host.attach(process.engine_mut());
         process.set_syscall_observer(Box::new(Forward(host.clone(), syscalls.clone(), vcpu)));
@@ -737,6 +746,8 @@ fn storm_threads(f: Fixture, every: u64, baseline: u64) -> Result<String> {
         .map_err(|e| e.to_string())?;
     let mut loaded = (0..THREADS).map(|_| load(f)).collect::<Result<Vec<_>>>()?;
     if let Some((first, others)) = loaded.split_first_mut() {
+        // Once for all: new symbols would change the plan stamp.
+        set_symbols(&host, first)?;
         for other in others {
             let engine = other.process.engine_mut();
             engine.share_translations(first.process.engine_mut());
