@@ -35,9 +35,9 @@ use hashbrown::HashMap;
 
 use crate::instrument::{PlanData, PlanStamp};
 
-/// Entries the table keeps at most; past it, it starts over (engines keep
-/// the blocks they have; only later adoptions miss).
-const MAX_SHARED_TRANSLATIONS: usize = 1 << 18;
+/// The most bytes the table's entries take (about); past it, it starts
+/// over (engines keep the blocks they have; only later adoptions miss).
+const MAX_SHARED_BYTES: usize = 32 << 20;
 
 /// Tries of the lock before a lookup or publication is given up.
 const LOCK_TRIES: u32 = 64;
@@ -68,6 +68,17 @@ pub(crate) struct SharedTranslation {
 }
 
 impl SharedTranslation {
+    /// About how many bytes this takes.
+    fn bytes(&self) -> usize {
+        let plan = self.plan.as_ref().map_or(0, |p| {
+            let tables = &p.tables;
+            std::mem::size_of_val(p.exec.as_slice())
+                + std::mem::size_of_val(p.mem.as_slice())
+                + 16 * (tables.callbacks.len() + tables.mem_callbacks.len() + tables.boards.len())
+        });
+        std::mem::size_of::<(u64, u32, Entry)>() + std::mem::size_of_val(&*self.raws) + plan
+    }
+
     /// Whether a block of `size` bytes whose instructions are `raws`,
     /// planned under `source`, is this one.
     pub(crate) fn matches(&self, size: u32, raws: &[u32], source: PlanSource) -> bool {
@@ -86,22 +97,38 @@ struct Table {
     /// The source of every entry.
     source: Option<PlanSource>,
     entries: HashMap<(u64, u32), Entry>,
+    /// What the entries take, about.
+    bytes: usize,
 }
 
 impl Table {
     /// Makes `source` the table's, dropping the entries of another.
     fn adopt_source(&mut self, source: PlanSource) {
         if self.source != Some(source) {
-            self.entries.clear();
+            self.clear();
             self.source = Some(source);
         }
     }
 
+    fn clear(&mut self) {
+        self.entries.clear();
+        self.bytes = 0;
+    }
+
     fn insert(&mut self, key: (u64, u32), entry: Entry) {
-        if self.entries.len() >= MAX_SHARED_TRANSLATIONS {
-            self.entries.clear();
+        self.remove(key);
+        let bytes = entry.translation.bytes();
+        if self.bytes + bytes > MAX_SHARED_BYTES {
+            self.clear();
         }
+        self.bytes += bytes;
         self.entries.insert(key, entry);
+    }
+
+    fn remove(&mut self, key: (u64, u32)) {
+        if let Some(old) = self.entries.remove(&key) {
+            self.bytes -= old.translation.bytes();
+        }
     }
 }
 
@@ -211,7 +238,7 @@ impl SharedTranslations {
         if let Some(mut table) = self.table()
             && table.entries.get(&(pc, flags)).is_some_and(|e| !e.planned)
         {
-            table.entries.remove(&(pc, flags));
+            table.remove((pc, flags));
         }
     }
 
@@ -219,9 +246,15 @@ impl SharedTranslations {
     pub(crate) fn invalidate_range(&self, start: u64, len: u64) {
         let end = start.saturating_add(len);
         if let Some(mut table) = self.table() {
+            let mut freed = 0;
             table.entries.retain(|&(pc, _), e| {
-                pc >= end || pc.saturating_add(u64::from(e.translation.size)) <= start
+                let keep = pc >= end || pc.saturating_add(u64::from(e.translation.size)) <= start;
+                if !keep {
+                    freed += e.translation.bytes();
+                }
+                keep
             });
+            table.bytes -= freed;
         }
     }
 }
@@ -258,6 +291,31 @@ mod tests {
         ));
         // Gone for good: the old source's callbacks are not kept.
         assert!(!published(shared.claim(0x1000, 0, 8, &RAWS, old)));
+    }
+
+    #[test]
+    fn the_table_starts_over_when_full() {
+        let mut table = Table::default();
+        let entry = || Entry {
+            translation: Arc::new(translation(8, PlanSource::Bare)),
+            planned: true,
+        };
+        let each = entry().translation.bytes();
+        let fit = (MAX_SHARED_BYTES / each) as u64;
+        for pc in 0..fit {
+            table.insert((pc * 8, 0), entry());
+        }
+        // Published again: counted once.
+        table.insert((0, 0), entry());
+        assert_eq!(
+            (table.entries.len() as u64, table.bytes),
+            (fit, fit as usize * each)
+        );
+        table.remove((8, 0));
+        assert_eq!(table.bytes, (fit as usize - 1) * each);
+        table.insert((8, 0), entry());
+        table.insert((fit * 8, 0), entry());
+        assert_eq!((table.entries.len(), table.bytes), (1, each));
     }
 
     #[test]
