@@ -307,7 +307,7 @@ impl PluginHandle {
         self.register(|r| r.flush.push(Arc::new(cb)));
     }
 
-    /// Calls `cb` once when the run ends ([`PluginHost::finish`]).
+    /// Calls `cb` once when the run ends ([`PluginHost::finish`](crate::PluginHost::finish)).
     pub fn on_atexit(&self, cb: impl Fn() + Send + Sync + 'static) {
         self.register(|r| r.atexit.push(Arc::new(cb)));
     }
@@ -333,11 +333,12 @@ impl PluginHandle {
     ///   instance), right after the instruction whose callback called;
     ///   other vCPUs' blocks run to their end, as in QEMU. There every
     ///   translated block's instrumentation is
-    ///   retired ([`Engine::reinstrument`]: O(1); each block keeps its
+    ///   retired ([`Engine::reinstrument`](tcgkit_tcg_core::Engine::reinstrument): O(1); each block keeps its
     ///   decoded code and is planned again, with every plugin's `tb_trans`,
     ///   before it next runs).
     /// - `completion` runs exactly once, right after that (or in
-    ///   [`PluginHost::finish`] if no block runs any more). From then on,
+    ///   [`PluginHost::finish`](crate::PluginHost::finish) if no block runs
+    ///   any more). From then on,
     ///   no callback registered before the call runs. Registrations made
     ///   after the call, usually in `completion`, stay.
     /// - Other plugins are untouched (their `tb_trans` sees each block
