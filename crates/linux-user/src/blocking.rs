@@ -16,8 +16,13 @@
 //! on where it stopped ([`WriteProgress`]); a signal meanwhile ends it
 //! with the count written, as on Linux. Before, the server made it whole
 //! and waited, and a reader in another thread of the process never got to
-//! read. What is left: a read that another process's read of the same
-//! pipe got to first still waits in the server.
+//! read. A blocking `read` or `readv` of a pipe or socket is made by the
+//! server without waiting (`RWF_NOWAIT`), its bytes kept for the call
+//! ([`crate::syscall::ReadAhead`]); finding none, the thread waits for
+//! some. So a read never waits in the server, even when another process
+//! reading the same pipe takes the bytes between a look and the read.
+//! (A host whose pipes cannot be read that way falls back to a look with
+//! `poll` first, and that race.)
 
 use std::io::IoSlice;
 use std::os::fd::{BorrowedFd, OwnedFd};
@@ -33,7 +38,7 @@ use crate::fd::dup_host;
 use crate::process::{GuestExit, Process};
 use crate::sigframe::UNBLOCKABLE;
 use crate::signal::Signal;
-use crate::syscall::{PollEntry, WriteProgress, ppoll_timeout, write_segments};
+use crate::syscall::{PollEntry, ReadNow, WriteProgress, ppoll_timeout, write_segments};
 
 /// What a syscall would wait for.
 #[derive(Debug)]
@@ -70,9 +75,23 @@ impl Process {
             self.kernel.raise(Signal::CHLD, false);
         }
         match number {
-            nr::READ | nr::READV | nr::RECVFROM | nr::ACCEPT | nr::ACCEPT4 => {
-                self.fd_would_wait(a0, PollFlags::IN)
+            nr::READ | nr::READV => {
+                let read = self
+                    .kernel
+                    .read_without_waiting(&mut self.mem, number, [a0, a1, a2]);
+                match read {
+                    ReadNow::Read => None,
+                    ReadNow::Empty => {
+                        let host = self.kernel.fds.get(a0).ok()?;
+                        dup_host(host).map(|fd| Wait::Ready {
+                            fds: vec![(fd, PollFlags::IN)],
+                            timeout: None,
+                        })
+                    }
+                    ReadNow::Unknown => self.fd_would_wait(a0, PollFlags::IN),
+                }
             }
+            nr::RECVFROM | nr::ACCEPT | nr::ACCEPT4 => self.fd_would_wait(a0, PollFlags::IN),
             nr::WRITE | nr::WRITEV => self.write_would_wait(number, [a0, a1, a2]),
             nr::SENDTO => self.fd_would_wait(a0, PollFlags::OUT),
             nr::PPOLL => self.ppoll_would_wait(a0, a1, a2),

@@ -1,12 +1,13 @@
 //! File and descriptor syscalls, forwarded to the host through `rustix`.
 
+use std::io::IoSliceMut;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
 use rustix::fd::BorrowedFd;
-use rustix::fs::{AtFlags, Mode, OFlags};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use tcgkit_tcg_core::{GuestMemory, PAGE_SIZE, Perms};
 
-use super::{Kernel, host_errno};
+use super::{Kernel, ReadAhead, ReadNow, host_errno};
 use crate::abi::{self, errno, nr};
 use crate::fd::dup_host;
 
@@ -83,6 +84,18 @@ pub(crate) fn write_segments(
     }
     pieces.retain(|p| p.1 > 0);
     Ok(pieces)
+}
+
+/// Checks that the first `total` bytes of the guest iovec array at `iov`
+/// can be written, as `readv` fills them.
+fn readv_targets(mem: &mut GuestMemory, iov: u64, count: u64, total: u64) -> Result<(), i32> {
+    let mut left = total;
+    for (base, len) in iovecs(mem, iov, count)? {
+        let n = len.min(left);
+        check_writable(mem, base, n)?;
+        left -= n;
+    }
+    Ok(())
 }
 
 /// The (base, len) pairs of a guest iovec array.
@@ -198,13 +211,84 @@ impl Kernel {
         buf: u64,
         count: u64,
     ) -> SysResult {
+        let ahead = self.take_read_ahead(nr::READ, [fd, buf, count]);
         let host = self.fds.get(fd)?;
         let n = count.min(IO_CHUNK);
         check_writable(mem, buf, n)?;
-        let mut data = vec![0u8; n as usize];
-        let got = rustix::io::read(host, &mut data[..]).map_err(host_errno)?;
-        put(mem, buf, data.get(..got).unwrap_or_default())?;
-        Ok(got as u64)
+        let data = match ahead {
+            Some(data) => data,
+            None => {
+                let mut data = vec![0u8; n as usize];
+                let got = rustix::io::read(host, &mut data[..]).map_err(host_errno)?;
+                data.truncate(got);
+                data
+            }
+        };
+        put(mem, buf, &data)?;
+        Ok(data.len() as u64)
+    }
+
+    /// The bytes read ahead for this very call, if any.
+    fn take_read_ahead(&mut self, number: u64, args: [u64; 3]) -> Option<Vec<u8>> {
+        let ahead = self.read_ahead.take()?;
+        (ahead.call == (number, args)).then_some(ahead.data)
+    }
+
+    /// Makes the `read` or `readv` `number` with `args` (its first three
+    /// arguments) as far as it can without waiting, keeping the bytes for
+    /// the call, which the host-threads server makes next: it never waits
+    /// in a read, even if another process empties the pipe between the
+    /// moment it looked and the read.
+    pub(crate) fn read_without_waiting(
+        &mut self,
+        mem: &mut GuestMemory,
+        number: u64,
+        args: [u64; 3],
+    ) -> ReadNow {
+        let [fd, buf, count] = args;
+        let Ok(host) = self.fds.get(fd) else {
+            return ReadNow::Unknown;
+        };
+        let waits = |host| {
+            let kind = rustix::fs::fstat(host).map(|st| FileType::from_raw_mode(st.st_mode));
+            let flags = rustix::fs::fcntl_getfl(host);
+            matches!(kind, Ok(FileType::Fifo | FileType::Socket))
+                && flags.is_ok_and(|f| !f.contains(OFlags::NONBLOCK))
+        };
+        if !waits(host) {
+            return ReadNow::Unknown;
+        }
+        // The guest buffers are checked first, as the call checks them:
+        // bytes taken from the pipe are never lost to an EFAULT.
+        let len = match number {
+            nr::READ => count.min(IO_CHUNK),
+            _ => match iovecs(mem, buf, count) {
+                Ok(parts) => parts.iter().map(|p| p.1).sum::<u64>().min(IO_CHUNK),
+                Err(_) => return ReadNow::Unknown,
+            },
+        };
+        let writable = match number {
+            nr::READ => check_writable(mem, buf, len).is_ok(),
+            _ => readv_targets(mem, buf, count, len).is_ok(),
+        };
+        if !writable {
+            return ReadNow::Unknown;
+        }
+        let mut data = vec![0u8; len as usize];
+        let nowait = rustix::io::ReadWriteFlags::NOWAIT;
+        let read = rustix::io::preadv2(host, &mut [IoSliceMut::new(&mut data)], u64::MAX, nowait);
+        match read {
+            Ok(got) => {
+                data.truncate(got);
+                self.read_ahead = Some(ReadAhead {
+                    call: (number, args),
+                    data,
+                });
+                ReadNow::Read
+            }
+            Err(rustix::io::Errno::AGAIN) => ReadNow::Empty,
+            Err(_) => ReadNow::Unknown,
+        }
     }
 
     pub(super) fn write(
@@ -268,20 +352,23 @@ impl Kernel {
         count: u64,
         offset: Option<u64>,
     ) -> SysResult {
+        let ahead = match offset {
+            None => self.take_read_ahead(nr::READV, [fd, iov, count]),
+            Some(_) => None,
+        };
         let host = self.fds.get(fd)?;
         let parts = iovecs(mem, iov, count)?;
         let total = parts.iter().map(|p| p.1).sum::<u64>().min(IO_CHUNK);
-        let mut left = total;
-        for &(base, len) in &parts {
-            let n = len.min(left);
-            check_writable(mem, base, n)?;
-            left -= n;
-        }
+        readv_targets(mem, iov, count, total)?;
         let mut data = vec![0u8; total as usize];
-        let got = match offset {
-            Some(off) if (off as i64) < 0 => return Err(errno::EINVAL),
-            Some(off) => rustix::io::pread(host, &mut data[..], off),
-            None => rustix::io::read(host, &mut data[..]),
+        let got = match (offset, ahead) {
+            (_, Some(ahead)) => {
+                data = ahead;
+                Ok(data.len())
+            }
+            (Some(off), None) if (off as i64) < 0 => return Err(errno::EINVAL),
+            (Some(off), None) => rustix::io::pread(host, &mut data[..], off),
+            (None, None) => rustix::io::read(host, &mut data[..]),
         }
         .map_err(host_errno)?;
         let mut done = 0usize;

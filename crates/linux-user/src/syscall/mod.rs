@@ -102,6 +102,33 @@ pub(crate) struct Kernel {
     /// The calling thread's blocking write that the server makes a piece
     /// at a time (host threads: `blocking.rs`), until it is complete.
     pub(crate) write_progress: Option<WriteProgress>,
+    /// What the server read for the calling thread's `read` or `readv`
+    /// without waiting (host threads: `blocking.rs`), which that call
+    /// returns.
+    pub(crate) read_ahead: Option<ReadAhead>,
+}
+
+/// Bytes read for a `read` or `readv` before it was made (see
+/// [`Kernel::read_without_waiting`]).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct ReadAhead {
+    /// The call: its number and first three arguments.
+    pub(crate) call: (u64, [u64; 3]),
+    pub(crate) data: Vec<u8>,
+}
+
+/// What [`Kernel::read_without_waiting`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum ReadNow {
+    /// The bytes there were (none at the end of the file) are kept for
+    /// the call.
+    Read,
+    /// There were none yet: the call would wait.
+    Empty,
+    /// It cannot tell: not a pipe or socket, a non-blocking descriptor, a
+    /// host that cannot read a pipe without waiting, arguments the call
+    /// itself will refuse.
+    Unknown,
 }
 
 /// How far the server has got with a thread's blocking `write` or
@@ -152,6 +179,7 @@ impl Kernel {
             other_tids: Vec::new(),
             never_wait: false,
             write_progress: None,
+            read_ahead: None,
         }
     }
 
@@ -180,6 +208,10 @@ impl Kernel {
         args: [u64; 6],
     ) -> Outcome {
         let [a0, a1, a2, a3, a4, a5] = args;
+        if !matches!(number, nr::READ | nr::READV) {
+            // Never left over; if it were, no call could return it.
+            self.read_ahead = None;
+        }
         let mut synced = Ok(());
         if !self.shared.is_empty() && syncs_before(number, a2) {
             synced = self.shared.write_back(mem);

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use tcgkit_tcg_core::{GuestMemory, PAGE_SIZE, Perms};
 
-use super::{Kernel, Outcome};
+use super::{Kernel, Outcome, ReadNow};
 use crate::abi::{AT_FDCWD, errno, nr};
 use crate::fd::{FdTable, MAX_FDS};
 use crate::mm::{AddressSpace, MMAP_BASE};
@@ -77,6 +77,97 @@ fn unknown_and_bad_descriptors() {
     assert_eq!(s.ret(nr::READ, &[1000, 0, 0]), neg(errno::EBADF));
     assert_eq!(s.ret(nr::FSTAT, &[7, BUF]), neg(errno::EBADF));
     assert_eq!(s.ret(nr::SET_ROBUST_LIST, &[BUF, 24]), neg(errno::ENOSYS));
+}
+
+/// A pipe made through the dispatcher with `flags`: (read, write) fds.
+fn guest_pipe(s: &mut Setup, flags: u64) -> (u64, u64) {
+    assert_eq!(s.ret(nr::PIPE2, &[BUF, flags]), 0);
+    let r = s.mem.load(BUF, 4).expect("fd");
+    let w = s.mem.load(BUF + 4, 4).expect("fd");
+    (r, w)
+}
+
+/// Whether the host pipe behind guest fd `fd` has bytes to read now.
+fn host_readable(s: &Setup, fd: u64) -> bool {
+    let host = s.kernel.fds.get(fd).expect("open");
+    let mut polled = [rustix::event::PollFd::new(
+        &host,
+        rustix::event::PollFlags::IN,
+    )];
+    rustix::event::poll(&mut polled, Some(&rustix::event::Timespec::default())).expect("poll") == 1
+}
+
+/// The host-threads server reads without waiting before it makes a read:
+/// the bytes leave the host pipe then (a reader in another process finds
+/// none), and the call returns them without reading the pipe again, so it
+/// cannot wait for bytes the other reader took.
+#[test]
+fn a_read_made_ahead_returns_its_bytes_without_waiting() {
+    let mut s = Setup::new();
+    let (r, w) = guest_pipe(&mut s, 0);
+    let args = [r, BUF + 0x100, 64];
+    assert_eq!(
+        s.kernel.read_without_waiting(&mut s.mem, nr::READ, args),
+        ReadNow::Empty,
+        "an empty pipe: the call would wait"
+    );
+    s.string(BUF + 64, "hello");
+    assert_eq!(s.ret(nr::WRITE, &[w, BUF + 64, 5]), 5);
+    assert_eq!(
+        s.kernel.read_without_waiting(&mut s.mem, nr::READ, args),
+        ReadNow::Read
+    );
+    assert!(!host_readable(&s, r), "the bytes left the host pipe");
+    assert_eq!(s.ret(nr::READ, &args), 5);
+    assert_eq!(s.mem.read_cstr(BUF + 0x100, 5).expect("read"), b"hello");
+    assert_eq!(s.kernel.read_ahead, None);
+
+    // readv: the bytes scattered as the call scatters them.
+    s.string(BUF + 64, "abcdefg");
+    assert_eq!(s.ret(nr::WRITE, &[w, BUF + 64, 7]), 7);
+    let iov = BUF + 0x200;
+    for (i, (base, len)) in [(BUF + 0x300, 3u64), (BUF + 0x400, 16)]
+        .into_iter()
+        .enumerate()
+    {
+        s.mem.store(iov + 16 * i as u64, 8, base).expect("iov");
+        s.mem.store(iov + 16 * i as u64 + 8, 8, len).expect("iov");
+    }
+    let args = [r, iov, 2];
+    assert_eq!(
+        s.kernel.read_without_waiting(&mut s.mem, nr::READV, args),
+        ReadNow::Read
+    );
+    assert_eq!(s.ret(nr::READV, &args), 7);
+    assert_eq!(s.mem.read_cstr(BUF + 0x300, 3).expect("read"), b"abc");
+    assert_eq!(s.mem.read_cstr(BUF + 0x400, 4).expect("read"), b"defg");
+
+    // The end of the file: read ahead too, as nothing.
+    assert_eq!(s.ret(nr::CLOSE, &[w]), 0);
+    let args = [r, BUF + 0x100, 64];
+    assert_eq!(
+        s.kernel.read_without_waiting(&mut s.mem, nr::READ, args),
+        ReadNow::Read
+    );
+    assert_eq!(s.ret(nr::READ, &args), 0);
+}
+
+/// What a read cannot be made ahead of: a non-blocking pipe (it says
+/// EAGAIN itself), a buffer the call will refuse (nothing may be taken
+/// from the pipe then), a descriptor that is not open.
+#[test]
+fn a_read_is_made_ahead_only_where_it_would_wait() {
+    let mut s = Setup::new();
+    let (r, w) = guest_pipe(&mut s, 0o4000);
+    let ahead = |s: &mut Setup, args| s.kernel.read_without_waiting(&mut s.mem, nr::READ, args);
+    assert_eq!(ahead(&mut s, [r, BUF + 0x100, 8]), ReadNow::Unknown);
+    let (r, w2) = guest_pipe(&mut s, 0);
+    s.string(BUF + 64, "x");
+    assert_eq!(s.ret(nr::WRITE, &[w2, BUF + 64, 1]), 1);
+    assert_eq!(ahead(&mut s, [r, 0x7000_0000, 8]), ReadNow::Unknown);
+    assert!(host_readable(&s, r), "nothing taken");
+    assert_eq!(ahead(&mut s, [99, BUF + 0x100, 8]), ReadNow::Unknown);
+    assert_eq!(s.ret(nr::CLOSE, &[w]), 0);
 }
 
 #[test]
