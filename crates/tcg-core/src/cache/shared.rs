@@ -23,10 +23,17 @@
 //! newest are dropped when the newest is first seen: the callbacks of a
 //! reset plugin are not kept alive here.
 //!
+//! An engine that finds nothing claims the block ([`Claim`]) while it
+//! plans it; another engine meeting the same block meanwhile waits for
+//! that plan rather than planning it too, so threads that reach new code
+//! together still plan it once. It waits at most [`MAX_CLAIM_WAIT`]: a
+//! claim whose thread is gone (a fork's child has only the forking
+//! thread) or slow only costs a second plan.
+//!
 //! The table is best effort, like the compiled-code table: the lock is
-//! only tried, a few times; a lookup that does not get it misses, and
-//! nobody waits for a thread that cannot run (a fork's child inherits
-//! the lock as it was, but not the thread that held it).
+//! only tried, a few times, and a lookup that does not get it misses (a
+//! fork's child inherits the lock as it was, but not the thread that
+//! held it).
 
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
