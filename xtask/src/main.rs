@@ -9,6 +9,7 @@ mod corpus_images;
 mod fixtures;
 mod qemu_plugins;
 mod realworld;
+mod tsan;
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -22,6 +23,7 @@ fn main() -> Result<()> {
         Some("qemu-plugins") => qemu_plugins::run(&root, &args[1..]),
         Some("bench-vs-qemu") => bench_vs_qemu::run(&root, &args[1..]),
         Some("reset-count") => bench_vs_qemu::reset_count(&root, &args[1..]),
+        Some("tsan") => tsan::run(&root, &args[1..]),
         Some(other) => bail!("unknown task `{other}`\n{USAGE}"),
         None => {
             println!("{USAGE}");
@@ -32,8 +34,9 @@ fn main() -> Result<()> {
 
 const USAGE: &str = "usage: cargo xtask <task>
 tasks:
-  ci    run what CI runs: fmt check, clippy -D warnings, doc -D warnings, then `test`
+  ci    run what CI runs: fmt check, clippy -D warnings, doc -D warnings, `test`, then `tsan`
   test  the test suite: every crate's tests and the corpus checks
+  tsan  the tests where host threads share the engine, under ThreadSanitizer (std built with it: rustup's rust-src, else Debian's rustc source package of this rustc's version, fetched into target/rust-src/)
   corpus-images [DIR...]  compare image-core with monodis on every assembly (default /usr/lib/mono)
   fixtures  rebuild the RV64 guest programs in fixtures/guests/ (needs riscv64-linux-gnu-gcc)
   realworld [--force]  build lua, zstd and sqlite3 for RV64 from Debian source packages into target/realworld/
@@ -85,7 +88,8 @@ fn ci(root: &Path) -> Result<()> {
         &[("RUSTDOCFLAGS", "-D warnings")],
         &["doc", "--workspace", "--no-deps"],
     )?;
-    test(root)
+    test(root)?;
+    tsan::run(root, &[])
 }
 
 fn test(root: &Path) -> Result<()> {
