@@ -90,7 +90,8 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
             // The first report fails the binary at once.
             .env("TSAN_OPTIONS", "halt_on_error=1");
         if let Some(library) = &source_root {
-            // Cargo's own hook for a std source outside the sysroot.
+            // Cargo's (internal, test-only) variable for a std source
+            // outside the sysroot; rustup's rust-src needs none.
             cmd.env("__CARGO_TESTS_ONLY_SRC_ROOT", library);
         }
         cmd
