@@ -51,6 +51,15 @@ fn project_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// The workspace's target directory: `$CARGO_TARGET_DIR` (relative to
+/// the root) or `target/`.
+fn target_dir(root: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .map(|t| if t.is_absolute() { t } else { root.join(t) })
+        .unwrap_or_else(|| root.join("target"))
+}
+
 fn cargo(root: &Path, args: &[&str]) -> Result<()> {
     cargo_with_env(root, &[], args)
 }

@@ -101,10 +101,7 @@ struct Layout {
 
 impl Layout {
     fn new(root: &Path) -> Self {
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .map(|t| if t.is_absolute() { t } else { root.join(t) })
-            .unwrap_or_else(|| root.join("target"));
+        let target = crate::target_dir(root);
         Layout {
             src: target.join("qemu-src"),
             out: target.join("qemu-plugins-7.2"),

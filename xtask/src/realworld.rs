@@ -89,10 +89,7 @@ pub struct Layout {
 impl Layout {
     /// The layout under the workspace's target directory.
     pub fn new(root: &Path) -> Self {
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .map(|t| if t.is_absolute() { t } else { root.join(t) })
-            .unwrap_or_else(|| root.join("target"));
+        let target = crate::target_dir(root);
         Layout {
             dir: target.join("realworld"),
         }

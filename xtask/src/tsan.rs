@@ -68,17 +68,15 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
         bail!("tsan takes no arguments (got `{arg}`)");
     }
     let rustc = Rustc::query()?;
+    let target = crate::target_dir(root);
     let source_root = match rustc.rust_src_component() {
         Some(library) => {
             println!("tsan: std from rustup's rust-src ({})", library.display());
             None
         }
-        None => Some(debian_library(
-            &target_dir(root).join("rust-src"),
-            &rustc.release,
-        )?),
+        None => Some(debian_library(&target.join("rust-src"), &rustc.release)?),
     };
-    let target_dir = target_dir(root).join("tsan");
+    let target_dir = target.join("tsan");
     let cargo = |dir: &Path, args: &[&str]| {
         let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
         cmd.current_dir(dir)
@@ -180,13 +178,6 @@ fn main() {
     }
 }
 "#;
-
-fn target_dir(root: &Path) -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .map(|t| if t.is_absolute() { t } else { root.join(t) })
-        .unwrap_or_else(|| root.join("target"))
-}
 
 /// The rustc cargo builds with.
 struct Rustc {
